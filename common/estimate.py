@@ -1,0 +1,67 @@
+"""The result of an estimator: per-key frequency and mean, each with a standard error.
+
+Frequencies are fractions of users (spec §14). A mean that is undefined (no holders
+estimated, no reports for the key, or a mechanism that collects keys only) is NaN and
+the diagnostics say why; callers never receive a silent 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Estimates for the ``d`` keys of one statistics snapshot.
+
+    ``latent`` holds the per-key latent distribution an EM fit converged to, so that the
+    next refit can warm-start from it (only where the model is identifiable).
+    """
+
+    mechanism: str
+    estimator: str
+    frequency: FloatArray
+    frequency_stderr: FloatArray
+    mean: FloatArray
+    mean_stderr: FloatArray
+    n_reports: int
+    latent: FloatArray | None = None
+    diagnostics: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def frequency_clipped(self) -> FloatArray:
+        """The frequency clipped into [0, 1] (NaN stays NaN)."""
+        return np.clip(self.frequency, 0.0, 1.0)
+
+    def to_dict(self, keys: list[str] | None = None) -> dict[str, Any]:
+        """JSON-ready form; NaN becomes None."""
+        names = keys or [str(i) for i in range(self.frequency.shape[0])]
+
+        def col(a: FloatArray) -> dict[str, float | None]:
+            return {k: (None if not np.isfinite(v) else float(v)) for k, v in zip(names, a, strict=True)}
+
+        return {
+            "mechanism": self.mechanism,
+            "estimator": self.estimator,
+            "n_reports": self.n_reports,
+            "frequency": col(self.frequency),
+            "frequency_stderr": col(self.frequency_stderr),
+            "mean": col(self.mean),
+            "mean_stderr": col(self.mean_stderr),
+            "diagnostics": {k: _jsonable(v) for k, v in self.diagnostics.items()},
+        }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return value

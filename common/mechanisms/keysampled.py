@@ -1,0 +1,297 @@
+"""Mechanisms that sample one key uniformly and report one symbol about its state.
+
+PrivKV (§2-4), F2M (§6), KVUE (§7) and KVOH (§8) share a structure: the device draws
+j uniformly from [0, d) independently of its data, looks at the *state* of key j —
+x = 0 for <1,-1>, 1 for absent, 2 for <1,+1> (after Disc of the value, the spec's
+state code) — and reports one symbol z from a finite alphabet with probability
+P[z | x]. The aggregator keeps ``counts[j, z]``.
+
+Everything else follows from P and one left inverse A (A P = I):
+
+* ``unbiased``: theta = A (counts[j] / M_j), f = theta_0 + theta_2 (raw, exactly
+  unbiased), m from the states clipped into [0, 1] (the correction of spec §7);
+* ``normsub``: theta projected onto the simplex, f and m from it (consistent);
+* ``em``: the MLE by count EM (§0.5) on P, warm-startable (P has full column rank);
+* standard errors: the exact covariance of the counts given the population —
+  multinomial over the M_j reporters, minus the finite-population correction for
+  sampling M_j of the n users without replacement — pushed through A (or through the
+  asymptotically equivalent linear map of the MLE for ``em``).
+
+Subclasses supply P, the literal client algorithm (so the client and P are two
+independent descriptions that the tests check against each other), and A when the
+paper's estimator is not P^-1.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar
+
+import numpy as np
+
+from common.audit import DenseModel, OutputModel, discrete_users
+from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
+from common.estimate import Estimate
+from common.kvdata import KVData
+from common.mechanisms.base import IntArray, Mechanism
+from common.primitives import FloatArray, disc
+from common.schema import Field, ReportBatch
+from common.simplex import project_simplex
+from common.stats import Stats
+from common.variance import quad, stderr
+
+#: state codes (spec §0.2): s = k*v + 1
+NEG, ABSENT, POS = 0, 1, 2
+F_ROW = np.array([1.0, 0.0, 1.0])
+
+
+def states_of(users: KVData, keys: IntArray, rng: np.random.Generator) -> IntArray:
+    """State code of key ``keys[u]`` for each user u, with Disc applied to held values."""
+    n = users.n_users
+    held, values = users.lookup(np.arange(n, dtype=np.int64), keys)
+    vstar = disc(values, rng)
+    return np.where(held, np.where(vstar > 0, POS, NEG), ABSENT).astype(np.int64)
+
+
+def mean_from_states(theta: FloatArray) -> FloatArray:
+    """m = (theta_2 - theta_0) / (theta_0 + theta_2) after clipping both into [0, 1]; NaN if 0."""
+    lo = np.clip(theta[:, NEG], 0.0, 1.0)
+    hi = np.clip(theta[:, POS], 0.0, 1.0)
+    den = lo + hi
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, (hi - lo) / den, np.nan)
+
+
+def mean_gradient(theta: FloatArray) -> FloatArray:
+    """d m / d theta for m = (t2 - t0)/(t0 + t2), at theta clipped into [0, 1]."""
+    lo = np.clip(theta[:, NEG], 0.0, 1.0)
+    hi = np.clip(theta[:, POS], 0.0, 1.0)
+    den2 = (lo + hi) ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        g = np.stack([-2.0 * hi / den2, np.zeros_like(lo), 2.0 * lo / den2], axis=1)
+    return np.where(den2[:, None] > 0, g, np.nan)
+
+
+def sampled_count_covariance(p: FloatArray, theta: FloatArray, reports: FloatArray, n: int) -> FloatArray:
+    """Covariance of one key's output counts given the population, at plug-in states ``theta``.
+
+    ``p`` is P[z | x], shared (J, 3) or per key (G, J, 3). The M_j reporters of key j are
+    drawn from the n users without replacement and each emits z ~ P theta_u. With holders
+    sharing the value m (PCKV Theorem 4's assumption) the population covariance of theta_u
+    is f(1-f)(h - e_1)(h - e_1)^T, h = ((1-m)/2, 0, (1+m)/2), so
+    Cov = M[diag(pi) - pi pi^T] - M(M-1)/(n-1) f(1-f) w w^T with pi = P theta, w = P(h - e_1).
+    """
+    pg = np.broadcast_to(p, (theta.shape[0], *p.shape[-2:]))
+    pi = np.einsum("gjk,gk->gj", pg, theta)
+    f = np.clip(theta[:, NEG] + theta[:, POS], 0.0, 1.0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = np.where(f > 0, (theta[:, POS] - theta[:, NEG]) / f, 0.0)
+    h = np.stack([(1 - m) / 2, -np.ones_like(m), (1 + m) / 2], axis=1)
+    w = np.einsum("gjk,gk->gj", pg, h)
+    eye = np.eye(pi.shape[1])
+    multi = reports[:, None, None] * (pi[:, :, None] * eye[None] - pi[:, :, None] * pi[:, None, :])
+    fpc = (reports * np.maximum(reports - 1, 0) / max(n - 1, 1) * f * (1 - f))[:, None, None]
+    return np.asarray(multi - fpc * w[:, :, None] * w[:, None, :], dtype=np.float64)
+
+
+class KeySampledMechanism(Mechanism):
+    """Base of the j-uniform, one-symbol mechanisms (see module docstring)."""
+
+    symbol_field: ClassVar[str]
+    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "em", "normsub")
+
+    # --------------------------------------------------------------- model
+    @abc.abstractmethod
+    def transition(self) -> FloatArray:
+        """P[z | x]: (J outputs, 3 states); columns sum to one."""
+
+    @abc.abstractmethod
+    def _perturb_states(self, states: IntArray, rng: np.random.Generator) -> IntArray:
+        """The paper's client on state codes (vectorised), returning output symbols."""
+
+    def linear_inverse(self) -> FloatArray:
+        """The closed-form estimator as a (3, J) matrix A with A P = I."""
+        return np.asarray(np.linalg.inv(self.transition()), dtype=np.float64)
+
+    @property
+    def n_symbols(self) -> int:
+        return int(self.transition().shape[0])
+
+    # --------------------------------------------------------------- client
+    def fields(self) -> tuple[Field, ...]:
+        return (Field("j", "uint", 0, self.d), Field(self.symbol_field, "uint", 0, self.n_symbols))
+
+    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+        j = rng.integers(0, self.d, size=users.n_users, dtype=np.int64)
+        z = self._perturb_states(states_of(users, j, rng), rng)
+        return {"j": j, self.symbol_field: z}
+
+    # --------------------------------------------------------------- statistics
+    def stats_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"counts": (self.d, self.n_symbols)}
+
+    def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
+        n_sym = self.n_symbols
+        codes = batch["j"].astype(np.int64) * n_sym + batch[self.symbol_field].astype(np.int64)
+        arrays["counts"] += np.bincount(codes, minlength=self.d * n_sym).reshape(self.d, n_sym)
+
+    def expected_stats(self, users: KVData) -> Stats:
+        """E[counts[j]] = (1/d) P sum_u theta_u(j), theta of a holder = ((1-v)/2, 0, (1+v)/2)."""
+        holders = np.bincount(users.keys, minlength=self.d).astype(np.float64)
+        up = np.bincount(users.keys, weights=(1.0 + users.values) / 2.0, minlength=self.d)
+        latent = np.stack([holders - up, users.n_users - holders, up], axis=1)  # (d, 3)
+        counts = latent @ self.transition().T / self.d
+        return Stats.expected(self, {"counts": counts, "n": np.array([float(users.n_users)])})
+
+    # --------------------------------------------------------------- estimation
+    def _linear_states(self, counts: FloatArray) -> FloatArray:
+        """theta_hat = A (counts / M) per key; NaN rows for keys without reports."""
+        m = counts.sum(axis=1, keepdims=True)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            pi = np.where(m > 0, counts / m, np.nan)
+        return np.asarray(pi @ self.linear_inverse().T, dtype=np.float64)
+
+    def _mean_of(self, theta: FloatArray, reports: FloatArray) -> FloatArray:
+        """Mean from estimated states; subclasses apply their paper's correction."""
+        return mean_from_states(theta)
+
+    def count_covariance(self, theta: FloatArray, reports: FloatArray, n: int) -> FloatArray:
+        """Exact covariance of counts[j] given the population (see :func:`sampled_count_covariance`)."""
+        return sampled_count_covariance(self.transition(), theta, reports, n)
+
+    def _efficient_map(self, theta: FloatArray) -> FloatArray:
+        """Per-key linear map of the MLE's first-order expansion (d, 3, J).
+
+        theta_MLE ~ theta + A*(pi_hat - pi) with A* = L (B^T D^-1 B)^-1 B^T D^-1, where
+        B = dpi/d(theta_0, theta_2) and D = diag(pi). For a square P this is P^-1.
+        """
+        p = self.transition()
+        b = p[:, [NEG, POS]] - p[:, [ABSENT]]
+        pi = np.maximum(theta @ p.T, 1e-300)
+        bw = b[None, :, :] / pi[:, :, None]  # D^-1 B
+        fisher = np.einsum("jk,gjl->gkl", b, bw)
+        free = np.linalg.solve(fisher, np.transpose(bw, (0, 2, 1)))  # (d, 2, J)
+        a = np.empty((theta.shape[0], 3, p.shape[0]))
+        a[:, NEG] = free[:, 0]
+        a[:, POS] = free[:, 1]
+        a[:, ABSENT] = -(free[:, 0] + free[:, 1])
+        return a
+
+    def _standard_errors(
+        self, theta_plugin: FloatArray, theta_mean: FloatArray, reports: FloatArray, n: int, efficient: bool
+    ) -> tuple[FloatArray, FloatArray]:
+        safe = np.where(np.isfinite(theta_plugin), theta_plugin, 1.0 / 3.0)
+        cov_c = self.count_covariance(safe, reports, n)
+        if efficient:
+            a = self._efficient_map(safe)
+        else:
+            a = np.broadcast_to(self.linear_inverse(), (self.d, 3, self.n_symbols))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cov_t = np.einsum("gij,gjk,glk->gil", a, cov_c, a) / (reports**2)[:, None, None]
+        var_f = quad(F_ROW, cov_t)
+        grad = mean_gradient(theta_mean)
+        var_m = np.einsum("gi,gij,gj->g", grad, cov_t, grad)
+        none = reports <= 0
+        return (np.where(none, np.nan, stderr(var_f)), np.where(none, np.nan, stderr(var_m)))
+
+    def _result(
+        self,
+        estimator: str,
+        stats: Stats,
+        theta_f: FloatArray,
+        theta_m: FloatArray,
+        plugin: FloatArray,
+        efficient: bool = False,
+        mean: FloatArray | None = None,
+        diagnostics: dict[str, Any] | None = None,
+        latent: FloatArray | None = None,
+    ) -> Estimate:
+        counts = stats.arrays["counts"].astype(np.float64)
+        reports = counts.sum(axis=1)
+        freq = theta_f[:, NEG] + theta_f[:, POS]
+        m = self._mean_of(theta_m, reports) if mean is None else mean
+        f_se, m_se = self._standard_errors(plugin, theta_m, reports, stats.n_reports, efficient)
+        diag = {
+            "keys_without_reports": int(np.sum(reports == 0)),
+            "undefined_means": int(np.sum(np.isnan(m))),
+        }
+        diag.update(diagnostics or {})
+        return Estimate(
+            mechanism=self.name,
+            estimator=estimator,
+            frequency=np.where(reports > 0, freq, np.nan),
+            frequency_stderr=f_se,
+            mean=m,
+            mean_stderr=np.where(np.isnan(m), np.nan, m_se),
+            n_reports=stats.n_reports,
+            latent=latent,
+            diagnostics=diag,
+        )
+
+    def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
+        counts = stats.arrays["counts"].astype(np.float64)
+        theta_hat = self._linear_states(counts)
+        projected = project_simplex(theta_hat)
+        if estimator == "unbiased":
+            self._no_options(estimator, options)
+            return self._result(estimator, stats, theta_hat, theta_hat, projected)
+        if estimator == "normsub":
+            self._no_options(estimator, options)
+            return self._result(estimator, stats, projected, projected, projected)
+        if estimator == "em":
+            return self._em_estimate(stats, counts, options)
+        return self._extra_estimate(stats, estimator, counts, theta_hat, projected, options)
+
+    def _no_options(self, estimator: str, options: dict[str, Any]) -> None:
+        if options:
+            raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
+
+    def _em_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
+        tol = float(options.pop("tol", DEFAULT_TOL))
+        max_iter = int(options.pop("max_iter", DEFAULT_MAX_ITER))
+        warm = options.pop("warm_start", None)
+        self._no_options("em", options)
+        theta0 = None if warm is None else warm_start(warm, (self.d, 3))
+        res = em_counts(self.transition(), counts, theta0=theta0, tol=tol, max_iter=max_iter)
+        theta = np.where(res.empty[:, None], np.nan, res.theta)
+        mean = mean_from_states(theta)
+        diag = {
+            "em_iterations": int(res.iterations.max(initial=0)),
+            "em_unconverged_keys": int(np.sum(~res.converged & ~res.empty)),
+            "em_warm_start": theta0 is not None,
+        }
+        return self._result(
+            "em", stats, theta, theta, theta, efficient=True, mean=mean, diagnostics=diag, latent=theta
+        )
+
+    def _extra_estimate(
+        self,
+        stats: Stats,
+        estimator: str,
+        counts: FloatArray,
+        theta_hat: FloatArray,
+        projected: FloatArray,
+        options: dict[str, Any],
+    ) -> Estimate:
+        raise AssertionError(f"{self.name}: estimator {estimator} declared but not implemented")
+
+    # --------------------------------------------------------------- privacy
+    def audit_model(self, exhaustive: bool) -> OutputModel:
+        p = self.transition()
+        n_sym = p.shape[0]
+        if exhaustive:
+            users, labels = discrete_users(self.d)
+            n = users.n_users
+            probs = np.zeros((n, self.d * n_sym))
+            for j in range(self.d):
+                held, values = users.lookup(np.arange(n, dtype=np.int64), np.full(n, j, dtype=np.int64))
+                state = np.where(held, np.where(values > 0, POS, NEG), ABSENT)
+                probs[:, j * n_sym : (j + 1) * n_sym] = p[:, state].T / self.d
+            return DenseModel(probs, labels)
+        # Pr[(j, z) | S] = P[z | state of key j in S] / d: a pair of users differs, at any
+        # output, only through the states of one key, so key 0's three states suffice;
+        # outputs about other keys (absent for all three) are merged into one symbol.
+        probs = np.zeros((3, n_sym + 1))
+        probs[:, :n_sym] = p[:, [ABSENT, POS, NEG]].T / self.d
+        probs[:, n_sym] = (self.d - 1) / self.d
+        return DenseModel(probs, ("{}", "{0:+1}", "{0:-1}"))

@@ -1,0 +1,201 @@
+"""PrivKV's local perturbation protocol (LPP) and its estimators (spec §2-4).
+
+Client [D0 Alg.1]: draw j uniformly; a holder of j reports <1, VPP(v, eps2)> with
+probability p1, else <0,0>; a non-holder reports <0,0> with probability p1, else
+<1, VPP(m, eps2)> with a fake m ~ U[-1, 1]. The report is (j, s) with the state code s.
+
+Estimators:
+
+* ``unbiased`` — PrivKV-A [D0 §III]: the exact inverse of the three-state model, so
+  both the state counts and the frequency are unbiased; the mean is their ratio with
+  counts clipped into [0, M].
+* ``paper`` — PrivKV's calibration [D0 Alg.2, erratum n1* - n2* applied]: ignores the
+  fake reports, so its mean is shrunk toward 0 by w = f p1 / (f p1 + (1-f)(1-p1)).
+* ``em`` — EM3 (spec §4): the identifiable model whose fake value is a fair coin;
+  its MLE equals PrivKV-A when that lies inside the simplex. Warm-startable.
+* ``em4`` — the four-state model as published by Horigome et al. [D2]. Its mean is not
+  identified (it depends on the start point), so it always starts from uniform and is
+  for reproducing D2 only.
+* ``normsub`` — PrivKV-A projected onto the simplex per key.
+
+Privacy: (eps1 + eps2)-LDP by composition; the exact level is
+max{eps2, eps1 + ln(2 / (1 + e^-eps2))} (spec §2), which the audit reproduces.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from common.em import em_counts
+from common.estimate import Estimate
+from common.mechanisms.base import IntArray
+from common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
+from common.mechanisms.registry import register
+from common.params import Param
+from common.primitives import FloatArray, disc, flip, rr_keep
+from common.stats import Stats
+from common.variance import ratio_variance, stderr
+
+KEY_FRACTION = Param(
+    "key_fraction",
+    float,
+    0.5,
+    "share of epsilon spent on the key bit (eps1 = key_fraction * epsilon, eps2 = the rest)",
+    check=lambda v: 0.0 < float(v) < 1.0,
+    check_doc="must lie strictly between 0 and 1",
+)
+
+
+def lpp_transition(p1: float, p2: float, fake_mean: FloatArray | float = 0.0) -> FloatArray:
+    """EM3's P[z | x] for the LPP (rows z, columns x, both in state-code order).
+
+    A non-holder perturbs a fake value whose Disc is +1 with probability (1 + fake_mean)/2:
+    0 for PrivKV's m ~ U[-1, 1], the published mean in PrivKVM's later rounds. An array of
+    fake means gives one matrix per key, (d, 3, 3).
+    """
+    q1, q2 = 1.0 - p1, 1.0 - p2
+    fm = np.asarray(fake_mean, dtype=np.float64)
+    up = (1.0 + fm) / 2.0 * p2 + (1.0 - fm) / 2.0 * q2  # Pr[the fake value is reported as +1]
+    p = np.empty((*fm.shape, 3, 3))
+    p[..., :, NEG] = (p1 * p2, q1, p1 * q2)
+    p[..., NEG, ABSENT] = q1 * (1.0 - up)
+    p[..., ABSENT, ABSENT] = p1
+    p[..., POS, ABSENT] = q1 * up
+    p[..., :, POS] = (p1 * q2, q1, p1 * p2)
+    return p
+
+
+def lpp_perturb(
+    states: IntArray, p1: float, p2: float, rng: np.random.Generator, fake_mean: FloatArray | None = None
+) -> IntArray:
+    """D0 Alg.1 step by step, vectorised over users (``states`` are state codes).
+
+    A non-holder's fake value is m ~ U[-1, 1] (PrivKV) or, when ``fake_mean`` is given,
+    that per-user value (PrivKVM's published mean of the sampled key); either way it goes
+    through Disc and VPP exactly like a real value.
+    """
+    n = states.shape[0]
+    held = states != ABSENT
+    true_sign = np.where(states == POS, 1, -1).astype(np.int8)
+    fake = rng.uniform(-1.0, 1.0, size=n) if fake_mean is None else fake_mean
+    fake_sign = disc(np.asarray(fake, dtype=np.float64), rng)
+    reported = flip(np.where(held, true_sign, fake_sign).astype(np.int8), p2, rng)  # VPP
+    key_kept = rng.random(n) < p1
+    key_bit = np.where(held, key_kept, ~key_kept)
+    return np.where(key_bit, reported.astype(np.int64) + 1, ABSENT).astype(np.int64)
+
+
+def em4_transition(p1: float, p2: float) -> FloatArray:
+    """D2 Table 1: rows z in state-code order, columns <1,+1>, <1,-1>, <0,+1>, <0,-1>."""
+    q1, q2 = 1.0 - p1, 1.0 - p2
+    p = np.empty((3, 4))
+    p[POS] = (p1 * p2, p1 * q2, q1 * p2, q1 * q2)
+    p[NEG] = (p1 * q2, p1 * p2, q1 * q2, q1 * p2)
+    p[ABSENT] = (q1, q1, p1, p1)
+    return p
+
+
+@register
+class PrivKV(KeySampledMechanism):
+    name = "privkv"
+    summary = "PrivKV LPP: sampled key bit RR(eps1) + value VPP(eps2) (Ye et al.; Sun et al. D0)"
+    symbol_field = "s"
+    params_spec = (KEY_FRACTION,)
+    estimator_names = ("unbiased", "paper", "em", "em4", "normsub")
+
+    def _setup(self) -> None:
+        frac = float(self.params["key_fraction"])
+        self.eps1 = frac * self.epsilon
+        self.eps2 = self.epsilon - self.eps1
+        self.p1 = rr_keep(self.eps1)
+        self.p2 = rr_keep(self.eps2)
+        self._p = lpp_transition(self.p1, self.p2)
+
+    def transition(self) -> FloatArray:
+        return self._p
+
+    def _perturb_states(self, states: IntArray, rng: np.random.Generator) -> IntArray:
+        return lpp_perturb(states, self.p1, self.p2, rng)
+
+    def claimed_epsilon(self) -> float:
+        return max(self.eps2, self.eps1 + math.log(2.0 / (1.0 + math.exp(-self.eps2))))
+
+    def _extra_estimate(
+        self,
+        stats: Stats,
+        estimator: str,
+        counts: FloatArray,
+        theta_hat: FloatArray,
+        projected: FloatArray,
+        options: dict[str, Any],
+    ) -> Estimate:
+        if estimator == "paper":
+            self._no_options(estimator, options)
+            return self._paper(stats, counts, theta_hat, projected)
+        if estimator == "em4":
+            return self._em4(stats, counts, projected, options)
+        return super()._extra_estimate(stats, estimator, counts, theta_hat, projected, options)
+
+    def _paper(
+        self, stats: Stats, counts: FloatArray, theta_hat: FloatArray, projected: FloatArray
+    ) -> Estimate:
+        """D0 Alg.2: n1*, n2* calibrated among the key-bit-1 reports, clipped into [0, N]."""
+        m1, m_1 = counts[:, POS], counts[:, NEG]
+        big_n = m1 + m_1
+        p2 = self.p2
+        n1 = np.clip(((p2 - 1) * big_n + m1) / (2 * p2 - 1), 0, big_n)
+        n2 = np.clip(((p2 - 1) * big_n + m_1) / (2 * p2 - 1), 0, big_n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.where(big_n > 0, (n1 - n2) / big_n, np.nan)
+        est = self._result("paper", stats, theta_hat, theta_hat, projected, mean=mean)
+        # delta method for (M1 - M-1) / ((2p2-1)(M1 + M-1)) with the exact count covariance
+        reports = counts.sum(axis=1)
+        cov = self.count_covariance(
+            np.where(np.isfinite(projected), projected, 1 / 3), reports, stats.n_reports
+        )
+        a = np.array([-1.0, 0.0, 1.0]) / (2 * p2 - 1)
+        b = np.array([1.0, 0.0, 1.0])
+        num, den = counts @ a, counts @ b
+        var = ratio_variance(
+            num,
+            den,
+            np.einsum("j,gjk,k->g", a, cov, a),
+            np.einsum("j,gjk,k->g", b, cov, b),
+            np.einsum("j,gjk,k->g", a, cov, b),
+        )
+        return replace(
+            est,
+            mean_stderr=np.where(np.isnan(mean), np.nan, stderr(var)),
+            diagnostics={**est.diagnostics, "mean_bias": "shrunk toward 0 by f p1/(f p1 + (1-f)(1-p1))"},
+        )
+
+    def _em4(
+        self, stats: Stats, counts: FloatArray, projected: FloatArray, options: dict[str, Any]
+    ) -> Estimate:
+        if options.pop("warm_start", None) is not None:
+            raise ValueError("em4 is not identifiable in the mean and is never warm-started (spec §4)")
+        tol = float(options.pop("tol", 1e-8))
+        max_iter = int(options.pop("max_iter", 10_000))
+        self._no_options("em4", options)
+        res = em_counts(em4_transition(self.p1, self.p2), counts, tol=tol, max_iter=max_iter)
+        theta4 = np.where(res.empty[:, None], np.nan, res.theta)
+        # map <1,+1>, <1,-1>, <0,*> onto the state-code layout for f and m
+        states = np.stack([theta4[:, 1], theta4[:, 2] + theta4[:, 3], theta4[:, 0]], axis=1)
+        est = self._result(
+            "em4",
+            stats,
+            states,
+            states,
+            projected,
+            diagnostics={
+                "em_iterations": int(res.iterations.max(initial=0)),
+                "em_unconverged_keys": int(np.sum(~res.converged & ~res.empty)),
+                "mean_identified": False,
+            },
+        )
+        # the published four-state model does not identify the mean: no honest standard error
+        return replace(est, mean_stderr=np.full(self.d, np.nan))

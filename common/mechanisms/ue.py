@@ -1,0 +1,92 @@
+"""Unary encoding oracles: OUE and SUE (spec §0.2, §1).
+
+The device one-hot encodes its sampled item over D = d (+1 for ``none``) bits and
+reports bit i as 1 with probability p if it is the item's bit, q otherwise:
+SUE (symmetric, RAPPOR's basic one-time form) p = e^(eps/2) / (e^(eps/2) + 1), q = 1 - p;
+OUE (optimised, Wang et al. 2017) p = 1/2, q = 1 / (e^eps + 1). Two one-hot vectors
+differ in two bits, so eps = ln[p(1-q) / (q(1-p))], tight for both.
+
+Reports are 2^D-symbol bit vectors, so there is no count EM (the alphabet is not
+finite in practice); ``normsub`` provides consistency.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import numpy as np
+
+from common.mechanisms.base import IntArray
+from common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance, enumerate_bit_outputs
+from common.mechanisms.registry import register
+from common.primitives import FloatArray, bit_column_sums, pack_bits
+from common.schema import Field, ReportBatch
+
+#: users perturbed per block (bounds the (users, D) random matrix)
+_ROWS_PER_BLOCK_BITS = 1 << 24
+
+
+class UnaryEncoding(ItemOracle):
+    """Shared client, statistics and estimator of OUE and SUE."""
+
+    symmetric: ClassVar[bool]
+
+    def _setup_oracle(self) -> None:
+        if self.symmetric:
+            self.p = 1.0 / (1.0 + math.exp(-self.epsilon / 2.0))
+            self.q = 1.0 - self.p
+        else:
+            self.p = 0.5
+            self.q = 1.0 / (math.exp(self.epsilon) + 1.0)
+
+    def fields(self) -> tuple[Field, ...]:
+        return (Field("bits", "bits", 0, self.domain),)
+
+    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+        n = items.shape[0]
+        out = np.empty((n, (self.domain + 7) // 8), dtype=np.uint8)
+        rows = max(1, _ROWS_PER_BLOCK_BITS // self.domain)
+        cols = np.arange(self.domain)
+        for start in range(0, n, rows):
+            block = items[start : start + rows]
+            onehot = block[:, None] == cols[None, :]
+            bits = rng.random((block.shape[0], self.domain)) < np.where(onehot, self.p, self.q)
+            out[start : start + rows] = pack_bits(bits)
+        return {"bits": out}
+
+    def stats_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"ones": (self.domain,)}
+
+    def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
+        arrays["ones"] += bit_column_sums(batch["bits"], self.domain)
+
+    def count_estimate(self, arrays: dict[str, IntArray]) -> FloatArray:
+        n = float(arrays["n"][0])
+        return np.asarray((arrays["ones"] - n * self.q) / (self.p - self.q), dtype=np.float64)
+
+    def count_variance(self, n: float, holders: FloatArray) -> FloatArray:
+        return bernoulli_count_variance(n, holders, self.p, self.q, 1.0 / self.scale)
+
+    def expected_arrays(self, totals: FloatArray, n: float) -> dict[str, FloatArray]:
+        return {"ones": n * self.q + (self.p - self.q) * totals}
+
+    def _mixture_output_probs(self, weights: FloatArray) -> FloatArray:
+        # bits of items no input can sample are Bernoulli(q) for everyone and cancel
+        used = np.flatnonzero(weights.sum(axis=0) > 0)
+        p_one = np.where(np.eye(self.domain, dtype=bool), self.p, self.q)[np.ix_(used, used)]
+        return enumerate_bit_outputs(weights[:, used], p_one)
+
+
+@register
+class OUE(UnaryEncoding):
+    name = "oue"
+    summary = "optimized unary encoding, p = 1/2, q = 1/(e^eps + 1) (frequency oracle)"
+    symmetric = False
+
+
+@register
+class SUE(UnaryEncoding):
+    name = "sue"
+    summary = "symmetric unary encoding, per-bit RR at eps/2 (frequency oracle)"
+    symmetric = True

@@ -1,0 +1,106 @@
+"""Declared mechanism parameters: one place that parses, checks and documents them.
+
+Parameters reach a mechanism from Python, from the CLI (``--param NAME=VALUE`` strings)
+and from collection files; all three go through :func:`parse_params`, so an unknown
+name or an out-of-range value is the same clear error everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from common.errors import KvldpError
+
+ParamValue = int | float | str | bool
+
+
+class InvalidParameter(KvldpError):
+    """A mechanism parameter is unknown, mistyped or out of range."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One mechanism parameter: name, type, default, a range check and its meaning."""
+
+    name: str
+    kind: type
+    default: ParamValue
+    doc: str
+    choices: tuple[str, ...] | None = None
+    check: Callable[[ParamValue], bool] | None = None
+    check_doc: str = ""
+
+    def coerce(self, raw: object) -> ParamValue:
+        value = _coerce(self.kind, raw, self.name)
+        if self.choices is not None and value not in self.choices:
+            raise InvalidParameter(
+                f"parameter {self.name}={value!r} must be one of {', '.join(self.choices)}"
+            )
+        if self.check is not None and not self.check(value):
+            raise InvalidParameter(f"parameter {self.name}={value!r} is out of range: {self.check_doc}")
+        return value
+
+
+def _coerce(kind: type, raw: object, name: str) -> ParamValue:
+    if kind is bool:
+        if isinstance(raw, bool):
+            return raw
+        if isinstance(raw, str) and raw.lower() in {"true", "1", "yes", "false", "0", "no"}:
+            return raw.lower() in {"true", "1", "yes"}
+        raise InvalidParameter(f"parameter {name} must be a boolean, got {raw!r}")
+    if kind is int:
+        if isinstance(raw, bool):
+            raise InvalidParameter(f"parameter {name} must be an integer, got {raw!r}")
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float) and raw.is_integer():
+            return int(raw)
+        if isinstance(raw, str):
+            try:
+                return int(raw)
+            except ValueError:
+                pass
+        raise InvalidParameter(f"parameter {name} must be an integer, got {raw!r}")
+    if kind is float:
+        if isinstance(raw, bool):
+            raise InvalidParameter(f"parameter {name} must be a number, got {raw!r}")
+        if isinstance(raw, (int, float)):
+            return float(raw)
+        if isinstance(raw, str):
+            try:
+                return float(raw)
+            except ValueError:
+                pass
+        raise InvalidParameter(f"parameter {name} must be a number, got {raw!r}")
+    if kind is str:
+        if isinstance(raw, str):
+            return raw
+        raise InvalidParameter(f"parameter {name} must be a string, got {raw!r}")
+    raise TypeError(f"unsupported parameter type {kind!r}")
+
+
+def parse_params(spec: tuple[Param, ...], raw: Mapping[str, object], mechanism: str) -> dict[str, ParamValue]:
+    """Defaults overlaid with ``raw``; unknown names are an error that lists the known ones."""
+    known = {p.name: p for p in spec}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        listing = ", ".join(sorted(known)) or "none"
+        raise InvalidParameter(
+            f"mechanism {mechanism} has no parameter {unknown[0]!r} (its parameters: {listing})"
+        )
+    out: dict[str, ParamValue] = {}
+    for p in spec:
+        out[p.name] = p.coerce(raw[p.name]) if p.name in raw else p.default
+    return out
+
+
+def parse_assignments(items: list[str] | None) -> dict[str, str]:
+    """Parse CLI ``NAME=VALUE`` strings into a dict (values stay strings until coerced)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise InvalidParameter(f"--param expects NAME=VALUE, got {item!r}")
+        out[name.strip()] = value.strip()
+    return out

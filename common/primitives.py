@@ -1,0 +1,124 @@
+"""Randomisation primitives shared by the mechanisms (spec §0.2).
+
+Each function is vectorised over users: the simulators perturb millions of reports
+per call and the single-device path is the same code on arrays of length one, so the
+device and the simulator can never disagree about a distribution.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numpy.typing import NDArray
+
+FloatArray = NDArray[np.float64]
+IntArray = NDArray[np.int64]
+
+
+def rr_keep(epsilon: float) -> float:
+    """Probability that binary randomized response at budget ``epsilon`` keeps the bit."""
+    if epsilon == 0.0:
+        return 0.5
+    return 1.0 / (1.0 + math.exp(-epsilon))
+
+
+def grr_probs(epsilon: float, m: int) -> tuple[float, float]:
+    """(p, q) of generalized randomized response over ``m`` symbols (spec §0.2)."""
+    denom = math.exp(epsilon) + m - 1
+    return math.exp(epsilon) / denom, 1.0 / denom
+
+
+def disc(values: FloatArray, rng: np.random.Generator) -> NDArray[np.int8]:
+    """Disc(v): +1 with probability (1+v)/2, else -1, so that E[Disc(v)] = v.
+
+    Disc(1) = +1 and Disc(-1) = -1 deterministically because the uniform draw lies
+    in [0, 1).
+    """
+    up = rng.random(values.shape[0]) < (1.0 + values) / 2.0
+    return np.where(up, 1, -1).astype(np.int8)
+
+
+def flip(signs: NDArray[np.int8], keep: float, rng: np.random.Generator) -> NDArray[np.int8]:
+    """Randomized response on +-1 values: keep with probability ``keep``, else negate."""
+    kept = rng.random(signs.shape[0]) < keep
+    return np.where(kept, signs, -signs).astype(np.int8)
+
+
+def popcount(x: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """Bit count of unsigned 64-bit integers (SWAR, vectorised)."""
+    x = x - ((x >> np.uint64(1)) & np.uint64(0x5555555555555555))
+    x = (x & np.uint64(0x3333333333333333)) + ((x >> np.uint64(2)) & np.uint64(0x3333333333333333))
+    x = (x + (x >> np.uint64(4))) & np.uint64(0x0F0F0F0F0F0F0F0F)
+    return (x * np.uint64(0x0101010101010101)) >> np.uint64(56)
+
+
+def hadamard_entry(rows: NDArray[np.integer], cols: NDArray[np.integer]) -> NDArray[np.int8]:
+    """Sylvester Hadamard entries H[i, j] = (-1)^popcount(i AND j), broadcasting."""
+    anded = np.bitwise_and(np.asarray(rows, dtype=np.uint64), np.asarray(cols, dtype=np.uint64))
+    parity = popcount(anded) & np.uint64(1)
+    return (1 - 2 * parity.astype(np.int8)).astype(np.int8)
+
+
+def fwht(values: FloatArray) -> FloatArray:
+    """Unnormalised fast Walsh-Hadamard transform: returns H @ values, O(L log L).
+
+    The last axis must have a power-of-two length; leading axes are batched.
+    """
+    x = np.array(values, dtype=np.float64, copy=True)
+    n = x.shape[-1]
+    if n & (n - 1):
+        raise ValueError(f"fwht needs a power-of-two length, got {n}")
+    lead = x.shape[:-1]
+    h = 1
+    while h < n:
+        x = x.reshape((*lead, n // (2 * h), 2, h))
+        a = x[..., 0, :] + x[..., 1, :]
+        b = x[..., 0, :] - x[..., 1, :]
+        x = np.stack((a, b), axis=-2)
+        h *= 2
+    return x.reshape((*lead, n))
+
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def mix64(seeds: NDArray[np.uint64], items: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """A 64-bit hash of (seed, item): splitmix64's finaliser over seed XOR golden*(item+1).
+
+    Used as OLH's hash family (seed chosen by the device). Deterministic, documented in
+    the wire format, and computed with wrapping uint64 arithmetic so devices and the
+    aggregator agree bit for bit.
+    """
+    with np.errstate(over="ignore"):
+        z = np.bitwise_xor(seeds, (items + np.uint64(1)) * _GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        out: NDArray[np.uint64] = z ^ (z >> np.uint64(31))
+        return out
+
+
+def ceil_log2(x: int) -> int:
+    """Smallest r with 2**r >= x (x >= 1)."""
+    return max(0, (x - 1).bit_length())
+
+
+#: bits unpacked per block when summing bitset columns (bounds temporary memory)
+_BIT_BLOCK = 1 << 24
+
+
+def pack_bits(bits: NDArray[np.bool_]) -> NDArray[np.uint8]:
+    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (spec §0.3)."""
+    return np.packbits(bits, axis=1, bitorder="little")
+
+
+def bit_column_sums(packed: NDArray[np.uint8], nbits: int) -> NDArray[np.int64]:
+    """Per-bit counts over the rows of a packed bitset matrix, in row blocks (vectorised)."""
+    total = np.zeros(nbits, dtype=np.int64)
+    rows = max(1, _BIT_BLOCK // max(nbits, 1))
+    for start in range(0, packed.shape[0], rows):
+        block = np.unpackbits(packed[start : start + rows], axis=1, count=nbits, bitorder="little")
+        total += block.sum(axis=0, dtype=np.int64)
+    return total

@@ -1,0 +1,1 @@
+"""kvldp's front door: the ``kvldp`` command line (see :mod:`kvldp.cli`)."""

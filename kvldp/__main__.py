@@ -1,0 +1,3 @@
+from kvldp.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,125 @@
+"""``kvldp bench``: throughput of folding and cost of refitting, per mechanism.
+
+Benchmarks live here, not in the test suite: they print measurements and never
+assert. ``fold`` times folding a pre-generated batch (best of three, so the figure is
+the code's speed and not the machine's noise); ``estimate`` times every estimator on
+statistics of a fixed population for several key counts (median of three).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+from common.mechanisms import create, get, names
+from common.schema import batch_len
+from kvldp.progress import Progress
+from producer.datasets import generate
+
+
+def _domain(name: str, d: int) -> int:
+    limit = get(name).max_keys
+    return d if limit is None else min(d, limit)
+
+
+def bench_fold(
+    mechanisms: list[str] | None, reports: int, d: int, epsilon: float, seed: int, repeats: int = 3
+) -> list[dict[str, Any]]:
+    rows = []
+    chosen = mechanisms or names()
+    rng = np.random.default_rng(seed)
+    with Progress(len(chosen), "bench fold") as bar:
+        for name in chosen:
+            keys = _domain(name, d)
+            mech = create(name, keys, epsilon)
+            users = generate("uniform", reports, keys, seed).users
+            batch = mech.perturb_many(users, rng)
+            n = batch_len(batch)
+            times = []
+            for _ in range(repeats):
+                stats = mech.new_stats()
+                start = time.perf_counter()
+                stats.fold(batch)
+                times.append(time.perf_counter() - start)
+            best = min(times)
+            rows.append(
+                {
+                    "mechanism": name,
+                    "keys": keys,
+                    "reports": n,
+                    "seconds": best,
+                    "reports_per_second": n / best,
+                }
+            )
+            bar.advance()
+    return rows
+
+
+def bench_estimate(
+    mechanisms: list[str] | None,
+    key_counts: list[int],
+    users: int,
+    epsilon: float,
+    seed: int,
+    repeats: int = 3,
+) -> list[dict[str, Any]]:
+    rows = []
+    chosen = mechanisms or names()
+    rng = np.random.default_rng(seed)
+    with Progress(len(chosen) * len(key_counts), "bench estimate") as bar:
+        for name in chosen:
+            for d in key_counts:
+                limit = get(name).max_keys
+                if limit is not None and d > limit:
+                    rows.append(
+                        {
+                            "mechanism": name,
+                            "keys": d,
+                            "estimator": "-",
+                            "seconds": None,
+                            "note": f"{name} supports at most {limit} keys",
+                        }
+                    )
+                    bar.advance()
+                    continue
+                mech = create(name, d, epsilon)
+                stats = mech.collect(generate("uniform", users, d, seed).users, rng)
+                for est in mech.estimator_names:
+                    times = []
+                    result = None
+                    for _ in range(repeats):
+                        start = time.perf_counter()
+                        result = mech.estimate(stats, est)
+                        times.append(time.perf_counter() - start)
+                    row: dict[str, Any] = {
+                        "mechanism": name,
+                        "keys": d,
+                        "estimator": est,
+                        "seconds": statistics.median(times),
+                    }
+                    if result is not None and "em_iterations" in result.diagnostics:
+                        row["em_iterations"] = result.diagnostics["em_iterations"]
+                    rows.append(row)
+                bar.advance()
+    return rows
+
+
+def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    """Fixed-width text table of ``rows`` (numbers with 4 significant digits)."""
+
+    def cell(v: Any) -> str:
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    body = [[cell(r.get(c)) for c in columns] for r in rows]
+    widths = [max(len(c), *(len(b[i]) for b in body)) if body else len(c) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(v.ljust(w) for v, w in zip(b, widths, strict=True)) for b in body]
+    return "\n".join(lines)

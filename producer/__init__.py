@@ -1,0 +1,1 @@
+"""Device side of kvldp: simulated populations now; the publishing SDK joins with the pipeline."""

@@ -1,0 +1,50 @@
+"""Shared populations and mechanism settings for the test suite (imported by the tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from common.kvdata import KVData
+from common.mechanisms import create, get
+from common.mechanisms.base import Mechanism
+from common.mechanisms.itemoracle import ItemOracle
+
+#: settings that keep generic tests fast (PrivKVM's default is 10 rounds)
+FAST_PARAMS: dict[str, dict[str, object]] = {"privkvm": {"rounds": 2}}
+
+
+def single_key_mechanism(name: str) -> bool:
+    """Mechanisms whose estimates assume at most ell (= 1 by default) keys per user."""
+    return issubclass(get(name), ItemOracle) or name.startswith("pckv")
+
+
+def make(name: str, d: int, epsilon: float, **params: object) -> Mechanism:
+    return create(name, d, epsilon, **{**FAST_PARAMS.get(name, {}), **params})
+
+
+def multi_key_population(n: int, d: int, rng: np.random.Generator) -> KVData:
+    """Users hold key k independently (frequencies spread over (0.15, 0.85)) with
+    fractional values clip(N(mu_k, 0.3^2)) so that Disc is exercised."""
+    f = np.linspace(0.15, 0.85, d) if d > 1 else np.array([0.4])
+    mu = np.linspace(-0.6, 0.6, d) if d > 1 else np.array([0.3])
+    present = rng.random((n, d)) < f[None, :]
+    values = np.clip(rng.normal(mu[None, :], 0.3, size=(n, d)), -1.0, 1.0)
+    return KVData.from_dense(present, values)
+
+
+def single_key_population(n: int, d: int, rng: np.random.Generator) -> KVData:
+    """Each user holds one key (weights rising with the key index) or, with
+    probability 0.1, none; fractional values as above."""
+    weights = np.arange(1, d + 1, dtype=np.float64)
+    probs = np.append(0.9 * weights / weights.sum(), 0.1)
+    keys = rng.choice(d + 1, size=n, p=probs)
+    keys = np.where(keys == d, -1, keys)
+    mu = np.linspace(-0.6, 0.6, d) if d > 1 else np.array([0.3])
+    values = np.clip(rng.normal(mu[np.maximum(keys, 0)], 0.3), -1.0, 1.0)
+    return KVData.from_single_key(d, keys.astype(np.int64), values)
+
+
+def population_for(name: str, n: int, d: int, rng: np.random.Generator) -> KVData:
+    if single_key_mechanism(name):
+        return single_key_population(n, d, rng)
+    return multi_key_population(n, d, rng)
