@@ -468,7 +468,7 @@ def test_estimator_and_stats_checks() -> None:
 def test_registration_and_limits() -> None:
     assert get("ioh") is IOH
     assert IOH(10, 1.0).fields()[0].nbytes == 7382 <= 64 * 1024
-    with pytest.raises(InvalidParameter, match="d <= 10") as info:
+    with pytest.raises(InvalidParameter, match="at most 10 keys") as info:
         IOH(11, 1.0)
     assert "Hadamard" in str(info.value)
     assert IOH.max_keys == 10

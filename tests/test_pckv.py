@@ -15,10 +15,12 @@ import numpy as np
 import pytest
 
 import common.mechanisms.pckv as pckv
+from common import primitives
 from common.audit import audit
 from common.em import em_counts
 from common.kvdata import KVData
 from common.mechanisms import registry
+from common.mechanisms.padding import slot_weights
 from common.mechanisms.pckv import (
     PCKV,
     PCKVGRR,
@@ -26,7 +28,6 @@ from common.mechanisms.pckv import (
     pad_and_sample,
     pckv_grr_gh,
     pckv_ue_gh,
-    sampling_weights,
     theorem2_epsilon,
     theorem3_epsilon,
     utility_gh,
@@ -462,7 +463,7 @@ def test_pad_and_sample_distribution() -> None:
         d, [(per, {}), (per, {1: 0.5}), (per, {0: -1.0, 2: 0.0}), (per, {0: 1.0, 1: 1.0, 3: 1.0})]
     )
     keys, vstar = pad_and_sample(users, ell, np.random.default_rng(41))
-    w_pair, w_dummy = sampling_weights(users, ell)
+    w_pair, w_dummy = slot_weights(users, ell)
     np.testing.assert_allclose(np.unique(w_dummy), [0.0, 0.5, 1.0])
     group = np.repeat(np.arange(4), per)
     for g in range(4):
@@ -504,7 +505,7 @@ def test_client_matches_model(cls: type[PCKV], monkeypatch: pytest.MonkeyPatch) 
         assert np.all(np.abs(observed.arrays[name] - exp) < 5 * np.sqrt(exp)), name
     if cls is PCKVGRR:
         # dummy outputs: a + (ell-1) b after a sampled dummy, ell b otherwise
-        _, w_dummy = sampling_weights(users, ell)
+        _, w_dummy = slot_weights(users, ell)
         exp_dummy = float(np.sum(w_dummy * (mech.a + (ell - 1) * mech.b) + (1 - w_dummy) * ell * mech.b))
         dummies = int(np.sum(batch["k"] == d))
         assert abs(dummies - exp_dummy) < 5 * math.sqrt(exp_dummy)
@@ -563,7 +564,7 @@ def test_fold_algebra_and_serialisation(cls: type[PCKV], monkeypatch: pytest.Mon
     np.testing.assert_array_equal(head.arrays["n1"], n1)
     np.testing.assert_array_equal(head.arrays["n2"], n2)
     # folding in several blocks gives the same counts
-    monkeypatch.setattr(pckv, "FOLD_BLOCK_BITS", 64)
+    monkeypatch.setattr(primitives, "_BIT_BLOCK", 64)
     assert mech.new_stats().fold(both) == whole
 
 

@@ -53,8 +53,10 @@ class Mechanism(abc.ABC):
     params_spec: ClassVar[tuple[Param, ...]] = ()
     estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "normsub")
     collects_values: ClassVar[bool] = True
-    #: largest key domain the mechanism supports (None: no structural limit)
+    #: largest key domain the mechanism supports (None: no structural limit) ...
     max_keys: ClassVar[int | None] = None
+    #: ... and what to tell a user who asks for more
+    max_keys_advice: ClassVar[str] = ""
 
     def __init__(self, d: int, epsilon: float, **params: object) -> None:
         if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or int(d) < 1:
@@ -62,7 +64,10 @@ class Mechanism(abc.ABC):
         if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
             raise InvalidParameter(f"{self.name}: epsilon must be a positive finite number, got {epsilon!r}")
         if self.max_keys is not None and int(d) > self.max_keys:
-            raise InvalidParameter(f"{self.name} supports at most {self.max_keys} keys, got d={d}")
+            raise InvalidParameter(
+                f"{self.name} supports at most {self.max_keys} keys, got d={d}"
+                + (f": {self.max_keys_advice}" if self.max_keys_advice else "")
+            )
         self.d = int(d)
         self.epsilon = float(epsilon)
         self.params: dict[str, ParamValue] = parse_params(self.params_spec, params, self.name)
@@ -153,14 +158,18 @@ class Mechanism(abc.ABC):
         return Stats.from_bytes(self, data)
 
     # ----------------------------------------------------------------- estimation
-    def estimate(self, stats: Stats, estimator: str = "unbiased", **options: Any) -> Estimate:
-        """Estimate frequency and mean per key (with standard errors) from statistics alone."""
+    def check_stats(self, stats: Stats, estimator: str) -> None:
+        """Reject statistics of another configuration and estimators this mechanism lacks."""
         if stats.mechanism.name != self.name or stats.mechanism.digest != self.digest:
             raise StatsMismatch(f"statistics of {stats.mechanism!r} cannot be estimated by {self!r}")
         if estimator not in self.estimator_names:
             raise UnknownEstimator(
                 f"{self.name} has no estimator {estimator!r} (available: {', '.join(self.estimator_names)})"
             )
+
+    def estimate(self, stats: Stats, estimator: str = "unbiased", **options: Any) -> Estimate:
+        """Estimate frequency and mean per key (with standard errors) from statistics alone."""
+        self.check_stats(stats, estimator)
         return self._estimate(stats, estimator, dict(options))
 
     @abc.abstractmethod

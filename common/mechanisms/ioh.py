@@ -50,20 +50,18 @@ from common.conditional import (
 )
 from common.estimate import Estimate
 from common.kvdata import KVData
-from common.mechanisms.base import IntArray, Mechanism, UnknownEstimator
+from common.mechanisms.base import IntArray, Mechanism
 from common.mechanisms.registry import register
 from common.params import InvalidParameter
-from common.primitives import FloatArray, rr_keep
+from common.primitives import FloatArray, bit_column_sums, rr_keep
 from common.schema import Field, ReportBatch
 from common.simplex import project_simplex
-from common.stats import Stats, StatsMismatch
+from common.stats import Stats
 
 #: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; spec §11.8)
 MAX_D = 10
 #: uniforms drawn per client block (32 MiB of float64)
 PERTURB_CHUNK_BITS = 1 << 22
-#: bits unpacked per fold block (16 MiB of uint8)
-FOLD_CHUNK_BITS = 1 << 24
 
 
 class JointStateMechanism(Mechanism):
@@ -80,15 +78,6 @@ class JointStateMechanism(Mechanism):
         self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
     ) -> list[CellSums]:
         """Estimated users per product set with their within-group covariance (see protocol)."""
-
-    def check_stats(self, stats: Stats, estimator: str) -> None:
-        """Reject statistics of another configuration and unknown estimators (as :meth:`estimate`)."""
-        if stats.mechanism.name != self.name or stats.mechanism.digest != self.digest:
-            raise StatsMismatch(f"statistics of {stats.mechanism!r} cannot be estimated by {self!r}")
-        if estimator not in self.estimator_names:
-            raise UnknownEstimator(
-                f"{self.name} has no estimator {estimator!r} (available: {', '.join(self.estimator_names)})"
-            )
 
     def conditional_many(
         self, stats: Stats, queries: Sequence[ConditionalQuery], estimator: str = "unbiased"
@@ -134,17 +123,10 @@ class IOH(JointStateMechanism):
     summary = "IOH: one-hot of the joint state of all keys (3^d bits), per-bit RR at eps/2 (Sun et al. D0 §V)"
 
     max_keys = MAX_D
-
-    def __init__(self, d: int, epsilon: float, **params: object) -> None:
-        # the base class enforces max_keys as well; checking first lets the error say what to do
-        if isinstance(d, (int, np.integer)) and not isinstance(d, bool) and int(d) > MAX_D:
-            raise InvalidParameter(
-                f"{self.name}: d={d} keys need 3^{d} = {3 ** int(d)}-bit reports and a {3 ** int(d)}-cell "
-                f"state; IOH supports d <= {MAX_D} (3^{MAX_D} bits = {(3**MAX_D + 7) // 8} bytes). Collect "
-                "fewer keys per collection, or use the Hadamard-based joint-state mechanism of a later "
-                "release (O(log) bits per report)"
-            )
-        super().__init__(d, epsilon, **params)
+    max_keys_advice = (
+        f"reports are 3^d bits (3^{MAX_D} bits = {(3**MAX_D + 7) // 8} bytes); collect fewer keys per "
+        "collection, or use the Hadamard-based joint-state mechanism of a later release (O(log) bits)"
+    )
 
     def _setup(self) -> None:
         self.n_cells = 3**self.d
@@ -183,11 +165,7 @@ class IOH(JointStateMechanism):
         return {"C": (self.n_cells,)}
 
     def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
-        packed = batch["a"]
-        block = max(1, FOLD_CHUNK_BITS // self.n_cells)
-        for start in range(0, packed.shape[0], block):
-            bits = np.unpackbits(packed[start : start + block], axis=1, count=self.n_cells, bitorder="little")
-            arrays["C"] += bits.sum(axis=0, dtype=np.int64)
+        arrays["C"] += bit_column_sums(batch["a"], self.n_cells)
 
     def expected_stats(self, users: KVData) -> Stats:
         """E[C] = n q + (p - q) E[A], E[A] the expected one-hot sum under Disc."""

@@ -28,6 +28,7 @@ from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
 from common.estimate import Estimate
 from common.kvdata import InvalidUserData, KVData
 from common.mechanisms.base import IntArray, Mechanism
+from common.mechanisms.padding import sample_slots, slot_weights
 from common.params import Param
 from common.primitives import FloatArray
 from common.schema import ReportBatch
@@ -77,30 +78,26 @@ class ItemOracle(Mechanism):
     # --------------------------------------------------------------- client
     def sample_items(self, users: KVData, rng: np.random.Generator) -> IntArray:
         """Padding-and-Sampling: one item per user, ``d`` meaning none."""
-        sizes = users.sizes
         if self.ell == 0:
-            self._require_single(sizes)
+            self._require_single(users.sizes)
             return users.keys.copy()
-        slots = np.maximum(sizes, self.ell)
-        pick = np.floor(rng.random(users.n_users) * slots).astype(np.int64)
-        real = pick < sizes
-        idx = np.minimum(users.indptr[:-1] + pick, max(users.keys.shape[0] - 1, 0))
-        keys = users.keys[idx] if users.keys.size else np.zeros(users.n_users, dtype=np.int64)
+        real, keys, _ = sample_slots(users, self.ell, rng)
         return np.where(real, keys, self.d).astype(np.int64)
+
+    def _pair_weights(self, users: KVData) -> tuple[FloatArray, FloatArray]:
+        """Pr[sampling pair i] per stored pair and Pr[none] per user (``ell = 0``: 1 and 0)."""
+        if self.ell == 0:
+            self._require_single(users.sizes)
+            return np.ones(users.keys.shape[0]), np.zeros(users.n_users)
+        return slot_weights(users, self.ell)
 
     def item_totals(self, users: KVData) -> FloatArray:
         """Expected number of users sampling each item, sum_u w_u: (domain,)."""
-        sizes = users.sizes
-        if self.ell == 0:
-            self._require_single(sizes)
-            return np.asarray(np.bincount(users.keys, minlength=self.domain), dtype=np.float64)
-        slots = np.maximum(sizes, self.ell).astype(np.float64)
-        per_pair = np.repeat(1.0 / slots, sizes)
-        totals: FloatArray = np.bincount(users.keys, weights=per_pair, minlength=self.domain).astype(
-            np.float64
-        )
-        totals[self.d] = float(np.sum(np.maximum(self.ell - sizes, 0) / slots))
-        return totals
+        per_pair, padding = self._pair_weights(users)
+        totals = np.bincount(users.keys, weights=per_pair, minlength=self.domain).astype(np.float64)
+        if self.ell:
+            totals[self.d] = float(padding.sum())
+        return np.asarray(totals, dtype=np.float64)
 
     def expected_stats(self, users: KVData) -> Stats:
         arrays = self.expected_arrays(self.item_totals(users), float(users.n_users))
@@ -120,17 +117,12 @@ class ItemOracle(Mechanism):
             )
 
     def item_weights(self, users: KVData) -> FloatArray:
-        """Exact sampling distribution of each user's item: (users, domain)."""
+        """Exact sampling distribution of each user's item: (users, domain), for audits."""
+        per_pair, padding = self._pair_weights(users)
         w = np.zeros((users.n_users, self.domain))
-        sizes = users.sizes
-        rows = np.repeat(np.arange(users.n_users), sizes)
-        if self.ell == 0:
-            self._require_single(sizes)
-            w[rows, users.keys] = 1.0
-            return w
-        slots = np.maximum(sizes, self.ell).astype(np.float64)
-        w[rows, users.keys] = 1.0 / slots[rows]
-        w[:, self.d] = np.maximum(self.ell - sizes, 0) / slots
+        w[np.repeat(np.arange(users.n_users), users.sizes), users.keys] = per_pair
+        if self.ell:
+            w[:, self.d] = padding
         return w
 
     def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:

@@ -72,9 +72,10 @@ from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
 from common.estimate import Estimate
 from common.kvdata import KVData
 from common.mechanisms.base import IntArray, Mechanism
+from common.mechanisms.padding import sample_slots, slot_weights
 from common.mechanisms.registry import register
 from common.params import InvalidParameter, Param
-from common.primitives import FloatArray, disc, flip, rr_keep
+from common.primitives import FloatArray, bit_column_sums, disc, flip, rr_keep
 from common.schema import Field, ReportBatch
 from common.simplex import project_simplex
 from common.stats import Stats
@@ -108,8 +109,6 @@ COUNT_FLOOR = Param(
 ASSUMES = "every user holds at most ell keys"
 #: users whose ternary vectors are generated together (bounds simulator memory to ~4M cells)
 UE_BLOCK_CELLS = 1 << 22
-#: bits unpacked at once when folding PCKV-UE reports
-FOLD_BLOCK_BITS = 1 << 23
 #: an exact audit may hold at most this many probabilities ...
 MAX_AUDIT_ENTRIES = 1 << 22
 #: ... and compare at most this many (input, input, output) triples
@@ -190,32 +189,12 @@ def pckv_grr_gh(epsilon: float, ell: int, d: int) -> tuple[float, float]:
 
 # ---------------------------------------------------------------------- padding and sampling
 def pad_and_sample(users: KVData, ell: int, rng: np.random.Generator) -> tuple[IntArray, NDArray[np.int8]]:
-    """Padding-and-Sampling (§9.1, [X1] form), vectorised over users.
-
-    Returns the sampled key in [0, d + ell) (indices >= d are the dummies) and v* = Disc(v),
-    a fair coin for a dummy (v = 0). With probability |S|/max(|S|, ell) the slot drawn
-    uniformly from max(|S|, ell) slots is a real pair, uniform among S; otherwise the
-    dummy is uniform among all ell, exactly like padding with distinct random dummies.
-    """
-    n = users.n_users
-    sizes = users.sizes
-    slot = rng.integers(0, np.maximum(sizes, ell))
-    real = slot < sizes
-    idx = np.where(real, users.indptr[:-1] + slot, 0)
-    if users.keys.size:
-        real_key, real_value = users.keys[idx], users.values[idx]
-    else:
-        real_key, real_value = np.zeros(n, dtype=np.int64), np.zeros(n)
-    dummy = users.d + rng.integers(0, ell, size=n)
-    keys = np.where(real, real_key, dummy).astype(np.int64)
-    return keys, disc(np.where(real, real_value, 0.0), rng)
-
-
-def sampling_weights(users: KVData, ell: int) -> tuple[FloatArray, FloatArray]:
-    """Exact Pr[user samples pair i] per stored pair, and Pr[user samples a dummy] per user."""
-    slots = np.maximum(users.sizes, ell).astype(np.float64)
-    per_pair = np.repeat(1.0 / slots, users.sizes)
-    return per_pair, np.maximum(ell - users.sizes, 0) / slots
+    """Padding-and-Sampling (§9.1, [X1] form): the sampled key in [0, d + ell) (indices >= d
+    are the ell distinct dummies, uniform among them) and v* = Disc(v), a fair coin for a
+    dummy (v = 0)."""
+    real, key, value = sample_slots(users, ell, rng)
+    dummy = users.d + rng.integers(0, ell, size=users.n_users)
+    return np.where(real, key, dummy).astype(np.int64), disc(value, rng)
 
 
 def bernoulli_positions(trials: int, prob: float, rng: np.random.Generator) -> IntArray:
@@ -281,7 +260,7 @@ class PCKV(Mechanism):
     def expected_stats(self, users: KVData) -> Stats:
         """E[n1[j]] = n b/2 + sum over holders u of j of w_u (a/2 (1 + (2p-1) v_u) - b/2),
         w_u = 1/max(|S_u|, ell); E[n2] likewise with -(2p-1). Exact, for any population."""
-        w, _ = sampling_weights(users, self.ell)
+        w, _ = slot_weights(users, self.ell)
         a, b, p = self.a, self.b, self.p
         base = users.n_users * b / 2.0
         lift = (2 * p - 1) * users.values
@@ -502,7 +481,7 @@ class PCKV(Mechanism):
                 f"ell={self.ell} enumerates users over {m} keys: too large (Theorems 2/3 still apply)"
             )
         users, labels = discrete_users(m, max_size=None if exhaustive else self.ell)
-        w_pair, w_dummy = sampling_weights(users, self.ell)
+        w_pair, w_dummy = slot_weights(users, self.ell)
         rows = np.repeat(np.arange(users.n_users), users.sizes)
         weights = np.zeros((users.n_users, 2 * m + 1))
         weights[rows, 2 * users.keys + (users.values < 0)] = w_pair
@@ -559,12 +538,8 @@ class PCKVUE(PCKV):
         return {"pos": pos, "neg": neg}
 
     def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
-        pos, neg = batch["pos"], batch["neg"]
-        block = max(1, FOLD_BLOCK_BITS // (8 * pos.shape[1]))
-        for start in range(0, pos.shape[0], block):
-            for name, bits in (("n1", pos), ("n2", neg)):
-                chunk = np.unpackbits(bits[start : start + block], axis=1, count=self.d, bitorder="little")
-                arrays[name] += chunk.sum(axis=0, dtype=np.int64)
+        arrays["n1"] += bit_column_sums(batch["pos"], self.d)
+        arrays["n2"] += bit_column_sums(batch["neg"], self.d)
 
     # --------------------------------------------------------------- privacy
     def _n_audit_outputs(self, m: int) -> int:
