@@ -11,6 +11,7 @@ they are solved together as the rows of one array, each stopping on its own crit
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -64,6 +65,25 @@ def warm_start(previous: object, shape: tuple[int, int]) -> FloatArray | None:
         return None
     prev = prev / np.maximum(prev.sum(axis=-1, keepdims=True), 1e-300)
     return np.asarray((1.0 - WARM_START_MIX) * prev + WARM_START_MIX / shape[-1], dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class EMOptions:
+    """Options every ``em`` estimator takes: start point, tolerance, iteration cap."""
+
+    theta0: FloatArray | None
+    tol: float
+    max_iter: int
+
+
+def parse_em_options(options: dict[str, Any], shape: tuple[int, int]) -> EMOptions:
+    """Pop ``tol``, ``max_iter`` and ``warm_start`` from ``options``; anything else is an error."""
+    tol = float(options.pop("tol", DEFAULT_TOL))
+    max_iter = int(options.pop("max_iter", DEFAULT_MAX_ITER))
+    warm = options.pop("warm_start", None)
+    if options:
+        raise TypeError(f"estimator em takes tol, max_iter and warm_start, got {sorted(options)}")
+    return EMOptions(None if warm is None else warm_start(warm, shape), tol, max_iter)
 
 
 def log_likelihood(P: FloatArray, counts: FloatArray, theta: FloatArray) -> FloatArray:

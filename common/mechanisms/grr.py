@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from common.em import parse_em_options
 from common.mechanisms.base import IntArray
 from common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance
 from common.mechanisms.registry import register
@@ -83,11 +84,7 @@ class GRR(ItemOracle):
     def maximum_likelihood(
         self, counts: FloatArray, options: dict[str, Any]
     ) -> tuple[FloatArray, dict[str, Any]]:
-        options.pop("warm_start", None)  # the closed form needs no start point
-        options.pop("tol", None)
-        options.pop("max_iter", None)
-        if options:
-            raise TypeError(f"estimator em takes tol, max_iter, warm_start; got {sorted(options)}")
+        parse_em_options(options, (1, self.domain))  # validated; the closed form needs none of them
         return grr_mle(counts, self.p, self.q), {
             "em_iterations": 0,
             "em_converged": True,

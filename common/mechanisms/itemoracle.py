@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
-from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
+from common.em import em_counts, parse_em_options
 from common.estimate import Estimate
 from common.kvdata import InvalidUserData, KVData
 from common.mechanisms.base import IntArray, Mechanism
@@ -161,19 +161,14 @@ class ItemOracle(Mechanism):
         self, counts: FloatArray, options: dict[str, Any]
     ) -> tuple[FloatArray, dict[str, Any]]:
         """The item distribution's MLE; generic count EM unless an oracle has a closed form."""
-        warm = options.pop("warm_start", None)
-        theta0 = None if warm is None else warm_start(warm, (1, self.domain))
+        opts = parse_em_options(options, (1, self.domain))
         res = em_counts(
-            self.transition(),
-            counts[None, :],
-            theta0=theta0,
-            tol=float(options.pop("tol", DEFAULT_TOL)),
-            max_iter=int(options.pop("max_iter", DEFAULT_MAX_ITER)),
+            self.transition(), counts[None, :], theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter
         )
         diag = {
             "em_iterations": int(res.iterations[0]),
             "em_converged": bool(res.converged[0]),
-            "em_warm_start": theta0 is not None,
+            "em_warm_start": opts.theta0 is not None,
         }
         return res.theta[0], diag
 

@@ -30,7 +30,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from common.audit import DenseModel, OutputModel, discrete_users
-from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
+from common.em import em_counts, parse_em_options
 from common.estimate import Estimate
 from common.kvdata import KVData
 from common.mechanisms.base import IntArray, Mechanism
@@ -247,18 +247,14 @@ class KeySampledMechanism(Mechanism):
             raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
 
     def _em_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
-        tol = float(options.pop("tol", DEFAULT_TOL))
-        max_iter = int(options.pop("max_iter", DEFAULT_MAX_ITER))
-        warm = options.pop("warm_start", None)
-        self._no_options("em", options)
-        theta0 = None if warm is None else warm_start(warm, (self.d, 3))
-        res = em_counts(self.transition(), counts, theta0=theta0, tol=tol, max_iter=max_iter)
+        opts = parse_em_options(options, (self.d, 3))
+        res = em_counts(self.transition(), counts, theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter)
         theta = np.where(res.empty[:, None], np.nan, res.theta)
         mean = mean_from_states(theta)
         diag = {
             "em_iterations": int(res.iterations.max(initial=0)),
             "em_unconverged_keys": int(np.sum(~res.converged & ~res.empty)),
-            "em_warm_start": theta0 is not None,
+            "em_warm_start": opts.theta0 is not None,
         }
         return self._result(
             "em", stats, theta, theta, theta, efficient=True, mean=mean, diagnostics=diag, latent=theta

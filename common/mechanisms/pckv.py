@@ -68,7 +68,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
-from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
+from common.em import em_counts, parse_em_options
 from common.estimate import Estimate
 from common.kvdata import KVData
 from common.mechanisms.base import IntArray, Mechanism
@@ -396,18 +396,13 @@ class PCKV(Mechanism):
     def _em(
         self, n: float, n1: FloatArray, n2: FloatArray, options: dict[str, Any], diag: dict[str, Any]
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        tol = float(options.pop("tol", DEFAULT_TOL))
-        max_iter = int(options.pop("max_iter", DEFAULT_MAX_ITER))
-        warm = options.pop("warm_start", None)
-        if options:
-            raise TypeError(f"estimator em takes tol, max_iter and warm_start, got {sorted(options)}")
-        theta0 = None if warm is None else warm_start(warm, (self.d, 3))
+        opts = parse_em_options(options, (self.d, 3))
         counts = np.stack([n1, n2, n - n1 - n2], axis=1)
-        res = em_counts(self.transition(), counts, theta0=theta0, tol=tol, max_iter=max_iter)
+        res = em_counts(self.transition(), counts, theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter)
         theta = np.where(res.empty[:, None], np.nan, res.theta)
         diag["em_iterations"] = int(res.iterations.max(initial=0))
         diag["em_unconverged_keys"] = int(np.sum(~res.converged & ~res.empty))
-        diag["em_warm_start"] = theta0 is not None
+        diag["em_warm_start"] = opts.theta0 is not None
         freq, mean = self._from_shares(theta[:, 0], theta[:, 1])
         return freq, mean, theta
 

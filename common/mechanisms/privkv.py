@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from common.em import em_counts
+from common.em import em_counts, parse_em_options
 from common.estimate import Estimate
 from common.mechanisms.base import IntArray
 from common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
@@ -178,10 +178,8 @@ class PrivKV(KeySampledMechanism):
     ) -> Estimate:
         if options.pop("warm_start", None) is not None:
             raise ValueError("em4 is not identifiable in the mean and is never warm-started (spec §4)")
-        tol = float(options.pop("tol", 1e-8))
-        max_iter = int(options.pop("max_iter", 10_000))
-        self._no_options("em4", options)
-        res = em_counts(em4_transition(self.p1, self.p2), counts, tol=tol, max_iter=max_iter)
+        opts = parse_em_options(options, (self.d, 4))
+        res = em_counts(em4_transition(self.p1, self.p2), counts, tol=opts.tol, max_iter=opts.max_iter)
         theta4 = np.where(res.empty[:, None], np.nan, res.theta)
         # map <1,+1>, <1,-1>, <0,*> onto the state-code layout for f and m
         states = np.stack([theta4[:, 1], theta4[:, 2] + theta4[:, 3], theta4[:, 0]], axis=1)

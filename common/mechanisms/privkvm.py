@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from common.audit import OutputModel, ProductModel, discrete_users
-from common.em import DEFAULT_MAX_ITER, DEFAULT_TOL, em_counts, warm_start
+from common.em import em_counts, parse_em_options
 from common.estimate import Estimate
 from common.kvdata import KVData
 from common.mechanisms.base import COLLECT_CHUNK, IntArray, Mechanism
@@ -344,16 +344,11 @@ class PrivKVM(Mechanism):
     def _em(
         self, stats: Stats, counts: FloatArray, options: dict[str, Any], diag: dict[str, Any]
     ) -> Estimate:
-        tol = float(options.pop("tol", DEFAULT_TOL))
-        max_iter = int(options.pop("max_iter", DEFAULT_MAX_ITER))
-        warm = options.pop("warm_start", None)
-        if options:
-            raise TypeError(f"estimator em takes tol, max_iter, warm_start; got {sorted(options)}")
-        theta0 = None if warm is None else warm_start(warm, (self.d, 3))
+        opts = parse_em_options(options, (self.d, 3))
         trans = self.round_transitions(self.published_means(counts))  # (c, d, 3, 3)
         stacked_p = trans.transpose(1, 0, 2, 3).reshape(self.d, 3 * self.rounds, 3)
         stacked_c = counts.transpose(1, 0, 2).reshape(self.d, 3 * self.rounds)
-        res = em_counts(stacked_p, stacked_c, theta0=theta0, tol=tol, max_iter=max_iter)
+        res = em_counts(stacked_p, stacked_c, theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter)
         theta = np.where(res.empty[:, None], np.nan, res.theta)
         # asymptotic (Fisher) covariance in the free coordinates (theta_0, theta_2)
         safe = np.where(np.isfinite(theta), theta, 1.0 / 3.0)
@@ -370,7 +365,7 @@ class PrivKVM(Mechanism):
         diag.update(
             em_iterations=int(res.iterations.max(initial=0)),
             em_unconverged_keys=int(np.sum(~res.converged & ~res.empty)),
-            em_warm_start=theta0 is not None,
+            em_warm_start=opts.theta0 is not None,
             undefined_means=int(np.sum(np.isnan(mean))),
         )
         return Estimate(

@@ -1,0 +1,161 @@
+"""The ``kvldp`` command line: JSON contracts, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from common.mechanisms import names
+from kvldp.cli import main
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("name", names())
+def test_audit_prints_the_contract_json(capsys: pytest.CaptureFixture[str], name: str) -> None:
+    code, out, _ = run(capsys, "audit", "--mechanism", name, "--epsilon", "1", "--keys", "5", "--json")
+    payload = json.loads(out)
+    assert code == 0 and payload["ok"] is True
+    assert payload["mechanism"] == name and payload["epsilon"] == 1.0
+    assert payload["notion"] == ("fldp" if name == "fhr" else "ldp")
+    assert payload["max_log_ratio"] <= 1.0 + 1e-9
+
+
+def test_audit_params_and_exhaustive(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        capsys,
+        "audit",
+        "--mechanism",
+        "pckv_grr",
+        "--epsilon",
+        "1",
+        "--keys",
+        "10",
+        "--param",
+        "ell=2",
+        "--json",
+    )
+    payload = json.loads(out)
+    assert code == 0 and payload["tight"] and abs(payload["max_log_ratio"] - 1.0) < 1e-9
+    code, out, _ = run(
+        capsys, "audit", "--mechanism", "kvue", "--epsilon", "2", "--keys", "3", "--exhaustive"
+    )
+    assert code == 0 and "ok" in out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["audit", "--mechanism", "nope", "--epsilon", "1", "--keys", "3"], "unknown mechanism 'nope'"),
+        (
+            ["audit", "--mechanism", "grr", "--epsilon", "1", "--keys", "3", "--param", "x=1"],
+            "no parameter 'x'",
+        ),
+        (["audit", "--mechanism", "ioh", "--epsilon", "1", "--keys", "11"], "at most 10 keys"),
+        (
+            ["audit", "--mechanism", "pckv_ue", "--epsilon", "1", "--keys", "50", "--param", "ell=40"],
+            "too large",
+        ),
+        (
+            ["evaluate", "--mechanism", "kvue", "--epsilon", "1", "--keys", "3", "--dataset", "nope"],
+            "unknown dataset",
+        ),
+        (
+            ["evaluate", "--mechanism", "kvue", "--epsilon", "1", "--keys", "3", "--estimator", "em4"],
+            "no estimator",
+        ),
+    ],
+)
+def test_input_errors_are_one_line(capsys: pytest.CaptureFixture[str], argv: list[str], message: str) -> None:
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("kvldp: error:") and message in err and err.count("\n") == 1
+
+
+def test_bad_numbers_are_rejected_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        main(["audit", "--mechanism", "grr", "--epsilon", "-1", "--keys", "3"])
+    assert info.value.code == 2
+    assert "positive" in capsys.readouterr().err
+
+
+EVALUATE = [
+    "evaluate",
+    "--mechanism",
+    "privkv",
+    "--estimator",
+    "em",
+    "--dataset",
+    "gaussian",
+    "--users",
+    "20000",
+    "--keys",
+    "10",
+    "--epsilon",
+    "1",
+    "--repeats",
+    "2",
+    "--seed",
+    "3",
+    "--json",
+]
+
+
+def test_evaluate_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, *EVALUATE)
+    payload = json.loads(out)
+    assert code == 0
+    for key in ("mse_frequency", "mse_mean", "mae_frequency", "mae_mean", "repeats", "seconds"):
+        assert key in payload
+    assert payload["repeats"] == 2 and payload["users"] == 20000
+    again = json.loads(run(capsys, *EVALUATE)[1])
+    assert again["mse_frequency"] == payload["mse_frequency"]  # fixed seed, same result
+
+
+def test_mechanisms_and_bench(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "mechanisms", "--json")
+    assert code == 0 and [r["mechanism"] for r in json.loads(out)] == names()
+    code, out, _ = run(
+        capsys, "bench", "fold", "--reports", "2000", "--keys", "5", "--mechanism", "kvue", "--json"
+    )
+    rows = json.loads(out)
+    assert code == 0 and rows[0]["mechanism"] == "kvue" and rows[0]["reports_per_second"] > 0
+    code, out, _ = run(capsys, "bench", "estimate", "--keys", "4,12", "--users", "2000", "--mechanism", "ioh")
+    assert code == 0 and "ioh" in out and "at most 10 keys" in out
+
+
+def test_console_entry_point_reports_errors_without_traceback() -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "kvldp",
+            "audit",
+            "--mechanism",
+            "grr",
+            "--epsilon",
+            "1",
+            "--keys",
+            "3",
+            "--param",
+            "ell=x",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "ell" in proc.stderr
+
+
+def test_demo_runs_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "demo", "--users", "5000", "--keys", "4", "--batch", "1000")
+    assert code == 0
+    assert "true f" in out and len(out.strip().splitlines()) == 6
