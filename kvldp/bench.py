@@ -25,6 +25,15 @@ def _domain(name: str, d: int) -> int:
     return d if limit is None else min(d, limit)
 
 
+#: largest pre-generated batch (wide reports such as IOH's 3^d bits get fewer of them)
+MAX_BATCH_BYTES = 256 << 20
+
+
+def _report_bytes(name: str, d: int, epsilon: float) -> int:
+    mech = create(name, d, epsilon)
+    return sum(8 if f.kind != "bits" else f.nbytes for f in mech.fields())
+
+
 def bench_fold(
     mechanisms: list[str] | None, reports: int, d: int, epsilon: float, seed: int, repeats: int = 3
 ) -> list[dict[str, Any]]:
@@ -35,7 +44,8 @@ def bench_fold(
         for name in chosen:
             keys = _domain(name, d)
             mech = create(name, keys, epsilon)
-            users = generate("uniform", reports, keys, seed).users
+            count = min(reports, max(1, MAX_BATCH_BYTES // _report_bytes(name, keys, epsilon)))
+            users = generate("uniform", count, keys, seed).users
             batch = mech.perturb_many(users, rng)
             n = batch_len(batch)
             times = []
