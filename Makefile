@@ -5,7 +5,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= dev
+EXTRAS ?= dev,broker
 
 .PHONY: demo test lint typecheck unit venv clean
 
@@ -26,7 +26,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check common producer aggregator kvldp tests
 
 typecheck: $(STAMP)
-	$(BIN)/mypy common kvldp
+	$(BIN)/mypy common aggregator producer kvldp
 
 unit: $(STAMP)
 	$(BIN)/pytest -q

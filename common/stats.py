@@ -88,10 +88,13 @@ class Stats:
         if not self.exact:
             raise StatsMismatch("expected statistics are real-valued and cannot be folded, merged or stored")
 
-    def fold(self, batch: ReportBatch) -> Stats:
-        """Add a batch of reports in place (validated first: a bad batch changes nothing)."""
+    def fold(self, batch: ReportBatch, check: bool = True) -> Stats:
+        """Add a batch of reports in place. It is validated first (a bad batch changes
+        nothing) unless the caller already validated it with the same mechanism
+        (``check=False``, the aggregator's hot path after wire decoding)."""
         self._require_exact()
-        self.mechanism.check_batch(batch)
+        if check:
+            self.mechanism.check_batch(batch)
         self.mechanism.fold_arrays(self.arrays, batch)
         self.arrays["n"][0] += batch_len(batch)
         return self
@@ -102,6 +105,15 @@ class Stats:
                 f"cannot merge {other.mechanism.name}/{other.mechanism.digest:08x} "
                 f"into {self.mechanism.name}/{self.mechanism.digest:08x}"
             )
+
+    def add(self, other: Stats) -> Stats:
+        """In-place elementwise sum (same configuration); returns self."""
+        self._require_exact()
+        other._require_exact()
+        self._check_compatible(other)
+        for k, v in other.arrays.items():
+            self.arrays[k] += v
+        return self
 
     def merge(self, other: Stats) -> Stats:
         """Elementwise sum as a new object (requires the same mechanism configuration)."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -127,6 +129,43 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(args)
 
 
+def cmd_broker(args: argparse.Namespace) -> int:
+    from kvldp.pipeline import run_broker
+
+    return run_broker(args.port)
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    from kvldp.pipeline import produce
+
+    return produce(args)
+
+
+def cmd_aggregate(args: argparse.Namespace) -> int:
+    from kvldp.pipeline import aggregate
+
+    return aggregate(args)
+
+
+def cmd_record(args: argparse.Namespace) -> int:
+    from kvldp.pipeline import record_topic
+
+    return record_topic(args)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from kvldp.pipeline import replay_file
+
+    return replay_file(args)
+
+
+def _bootstrap_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--bootstrap-servers",
+        help="Kafka bootstrap servers host:port[,host:port] (default: $KVLDP_BOOTSTRAP_SERVERS)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kvldp", description="Key-value telemetry under local differential privacy."
@@ -174,22 +213,93 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
 
-    p = sub.add_parser("demo", help="simulate a collection and watch the estimates converge")
-    p.add_argument("--mechanism", default="kvue")
+    p = sub.add_parser(
+        "demo", help="embedded broker + simulated devices + aggregator + metrics, with a live table"
+    )
+    p.add_argument("--collection", help="collection file (default: the built-in demo collection)")
     p.add_argument("--dataset", default="gaussian")
-    p.add_argument("--users", type=_positive_int, default=200_000)
-    p.add_argument("--keys", type=_positive_int, default=8)
-    p.add_argument("--epsilon", type=_positive_float, default=2.0)
-    p.add_argument("--batch", type=_positive_int, default=10_000, help="reports folded between refits")
+    p.add_argument("--users", type=_positive_int, default=200_000, help="stop once this many reports are in")
+    p.add_argument("--rate", type=_positive_float, default=20_000.0, help="simulated reports per second")
+    p.add_argument("--batch-size", type=_positive_int, default=100, help="reports per Kafka message")
+    p.add_argument("--metrics-port", type=int, default=9108)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--param", action="append", metavar="NAME=VALUE")
     p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (Tansu) in the foreground")
+    p.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (0 = any free port)")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("produce", help="publish simulated devices or a CSV of real device data")
+    p.add_argument("--collection", required=True, help="collection file (TOML)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--simulate", metavar="DATASET", help=f"one of: {', '.join(datasets.names())}")
+    source.add_argument(
+        "--from-csv", metavar="FILE", help="device,key,value rows, one device's rows together"
+    )
+    p.add_argument("--users", type=_positive_int, help="simulated devices (with --simulate)")
+    p.add_argument("--seed", type=int, help="seed the simulated data and perturbation (tests, demos)")
+    p.add_argument(
+        "--batch-size", type=_positive_int, default=1, help="reports per Kafka message (gateway mode)"
+    )
+    p.add_argument("--rate", type=_positive_float, help="reports per second (default: as fast as possible)")
+    p.add_argument("--truth", metavar="FILE", help="write the simulated population's true statistics (JSON)")
+    _bootstrap_arg(p)
+    p.set_defaults(func=cmd_produce)
+
+    p = sub.add_parser("aggregate", help="consume a collection, export its estimates to Prometheus")
+    p.add_argument("--collection", required=True, help="collection file (TOML)")
+    _bootstrap_arg(p)
+    p.add_argument("--metrics-host", default="127.0.0.1")
+    p.add_argument("--metrics-port", type=int, default=9108, help="0 = any free port")
+    p.add_argument("--state-dir", help="checkpoint directory (default: in memory only)")
+    p.add_argument(
+        "--refit-interval", type=_positive_float, help="seconds between refits (default: the collection's)"
+    )
+    p.add_argument(
+        "--from-file", metavar="PATH", help="fold a recording offline and print the estimates as JSON"
+    )
+    p.set_defaults(func=cmd_aggregate)
+
+    p = sub.add_parser("record", help="write a collection's raw report messages to a file")
+    p.add_argument("--collection", required=True)
+    p.add_argument("--out", required=True, metavar="PATH")
+    p.add_argument(
+        "--from-beginning", action="store_true", help="start at the oldest message (default: new ones)"
+    )
+    p.add_argument(
+        "--idle-timeout", type=_positive_float, default=5.0, help="stop after this many idle seconds"
+    )
+    _bootstrap_arg(p)
+    p.set_defaults(func=cmd_record)
+
+    p = sub.add_parser("replay", help="re-publish a recording (same keys, values and timestamps)")
+    p.add_argument("path", metavar="PATH")
+    p.add_argument(
+        "--speed",
+        type=float,
+        default=0.0,
+        help="pace by the recorded timestamps, x times faster (0: flat out)",
+    )
+    p.add_argument("--topic", help="target topic (default: the recorded one)")
+    _bootstrap_arg(p)
+    p.set_defaults(func=cmd_replay)
     return parser
+
+
+def configure_logging() -> None:
+    """Warnings and errors of kvldp's own modules on stderr; client libraries stay quiet
+    unless KVLDP_LOG_LEVEL asks for more (their connection errors become our one-line
+    messages instead of a burst of log records)."""
+    level = os.environ.get("KVLDP_LOG_LEVEL", "").upper()
+    logging.basicConfig(level=level or logging.WARNING, format="kvldp: %(levelname)s %(name)s: %(message)s")
+    if not level:
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    configure_logging()
     np.seterr(all="warn")
     try:
         return int(args.func(args))

@@ -153,9 +153,3 @@ def test_console_entry_point_reports_errors_without_traceback() -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "ell" in proc.stderr
-
-
-def test_demo_runs_without_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = run(capsys, "demo", "--users", "5000", "--keys", "4", "--batch", "1000")
-    assert code == 0
-    assert "true f" in out and len(out.strip().splitlines()) == 6

@@ -100,14 +100,25 @@ class Mechanism(abc.ABC):
         """Constraints beyond per-field ranges, as (bad-row mask, reason) pairs."""
         return []
 
-    def validate(self, batch: ReportBatch) -> Validation:
-        """(valid mask, reason per row) for a batch; never raises on bad rows."""
-        valid, reasons = validate_fields(batch, self.fields())
+    def validate_coded(
+        self, batch: ReportBatch
+    ) -> tuple[NDArray[np.bool_], NDArray[np.object_], NDArray[np.object_]]:
+        """(valid mask, reason code, detail) per row: ``out_of_range`` for a field outside its
+        domain (index too large, padding bits set), ``invalid_report`` for a violated
+        mechanism constraint. Never raises on bad rows."""
+        valid, details = validate_fields(batch, self.fields())
+        codes = np.where(valid, "", "out_of_range").astype(object)
         for bad, reason in self._validate_extra(batch):
             hit = bad & valid
-            reasons[hit] = reason
+            details[hit] = reason
+            codes[hit] = "invalid_report"
             valid &= ~bad
-        return valid, reasons
+        return valid, codes, details
+
+    def validate(self, batch: ReportBatch) -> Validation:
+        """(valid mask, reason per row) for a batch; never raises on bad rows."""
+        valid, _, details = self.validate_coded(batch)
+        return valid, details
 
     def check_batch(self, batch: ReportBatch) -> None:
         valid, reasons = self.validate(batch)

@@ -1,0 +1,237 @@
+"""Aggregator state keyed by input partition, and its atomic checkpoints.
+
+Exactly-once *effect* without Kafka transactions (ARCHITECTURE, PRACTICES):
+
+* every input partition owns ``PartitionState(next_offset, statistics, rejected
+  counts)``; a record is folded only if its offset is at least ``next_offset``, which
+  then moves past it, so redelivery after a rebalance or a restart is a no-op;
+* a checkpoint stores every partition's state *together with* its next offset, written
+  to a temporary file, fsynced and renamed over the previous one (atomic on POSIX);
+* after a crash the aggregator loads the last checkpoint and seeks every partition to
+  its ``next_offset``: reports folded after that checkpoint are folded again exactly
+  once, because the statistics went back with the offsets. Kafka's committed offsets
+  are informational only.
+
+Windows: statistics are additive, so a window is a sum of time buckets. A report goes
+to the bucket of its Kafka record timestamp (set by the device SDK, kept by replays),
+so replaying a topic reproduces the buckets exactly. Buckets are one tenth of the
+smallest finite window (at least one second); buckets that have left every finite
+window are merged into the partition's ``base``, which only the ``all`` window reads,
+so memory stays bounded by (partitions x buckets x statistics size).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+
+from common.collection import Collection
+from common.errors import KvldpError
+from common.primitives import IntArray
+from common.schema import ReportBatch
+from common.stats import Stats
+
+FORMAT = "kvldp-checkpoint"
+VERSION = 1
+
+
+class CheckpointMismatch(KvldpError):
+    """A checkpoint belongs to another collection or configuration."""
+
+
+def bucket_millis(collection: Collection) -> int | None:
+    """Bucket width: a tenth of the smallest finite window, at least 1 s; None without windows."""
+    finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
+    if not finite:
+        return None
+    return max(1000, min(finite) * 1000 // 10)
+
+
+@dataclass
+class PartitionState:
+    """What has been folded from one input partition."""
+
+    next_offset: int
+    base: Stats
+    buckets: dict[int, Stats] = field(default_factory=dict)
+    rejected: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def reports(self) -> int:
+        return self.base.n_reports + sum(s.n_reports for s in self.buckets.values())
+
+
+class AggregatorState:
+    """All partitions of one collection; folding, windows and (de)serialisation."""
+
+    def __init__(self, collection: Collection) -> None:
+        self.collection = collection
+        self.mechanism = collection.mechanism
+        self.bucket_ms = bucket_millis(collection)
+        finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
+        self.retention_ms = (max(finite) * 1000 + 2 * self.bucket_ms) if finite and self.bucket_ms else 0
+        self.partitions: dict[int, PartitionState] = {}
+
+    def partition(self, p: int) -> PartitionState:
+        if p not in self.partitions:
+            self.partitions[p] = PartitionState(next_offset=0, base=self.mechanism.new_stats())
+        return self.partitions[p]
+
+    # ------------------------------------------------------------------ folding
+    def buckets_of(self, timestamps_ms: IntArray) -> IntArray | None:
+        return None if self.bucket_ms is None else timestamps_ms // self.bucket_ms
+
+    def fold(
+        self, p: int, reports: ReportBatch, buckets: IntArray | None, next_offset: int, rejected: Counter[str]
+    ) -> None:
+        """Apply one decoded, validated fetch of partition ``p`` (reports already checked)."""
+        state = self.partition(p)
+        n = next(iter(reports.values())).shape[0] if reports else 0
+        if n:
+            if buckets is None:
+                state.base.fold(reports, check=False)
+            else:
+                for b in np.unique(buckets):
+                    mask = buckets == b
+                    target = state.buckets.get(int(b))
+                    if target is None:
+                        target = state.buckets[int(b)] = self.mechanism.new_stats()
+                    target.fold({k: v[mask] for k, v in reports.items()}, check=False)
+        state.next_offset = next_offset
+        state.rejected.update(rejected)
+
+    def compact(self, now_ms: int) -> None:
+        """Merge buckets that left every finite window into ``base`` (never changes 'all')."""
+        if self.bucket_ms is None:
+            return
+        oldest = (now_ms - self.retention_ms) // self.bucket_ms
+        for state in self.partitions.values():
+            for b in [b for b in state.buckets if b < oldest]:
+                state.base.add(state.buckets.pop(b))
+
+    # ------------------------------------------------------------------ reading
+    def window_stats(self, now_ms: int) -> dict[str, Stats]:
+        """Merged statistics of every configured window at wall-clock time ``now_ms``."""
+        out: dict[str, Stats] = {}
+        for window in self.collection.aggregate.windows:
+            total = self.mechanism.new_stats()
+            for state in self.partitions.values():
+                if window.seconds is None:
+                    total.add(state.base)
+                    for stats in state.buckets.values():
+                        total.add(stats)
+                elif self.bucket_ms is not None:
+                    first = (now_ms - window.seconds * 1000) // self.bucket_ms
+                    for b, stats in state.buckets.items():
+                        if b >= first:
+                            total.add(stats)
+            out[window.name] = total
+        return out
+
+    def all_stats(self) -> Stats:
+        """Everything folded so far (the 'all' window), for exact comparisons."""
+        total = self.mechanism.new_stats()
+        for state in self.partitions.values():
+            total.add(state.base)
+            for stats in state.buckets.values():
+                total.add(stats)
+        return total
+
+    @property
+    def reports_total(self) -> int:
+        return sum(s.reports for s in self.partitions.values())
+
+    def rejected_totals(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for state in self.partitions.values():
+            total.update(state.rejected)
+        return total
+
+    # ------------------------------------------------------------------ bytes
+    def to_bytes(self) -> bytes:
+        payload: dict[str, Any] = {
+            "format": FORMAT,
+            "v": VERSION,
+            "collection": self.collection.name,
+            "digest": self.collection.digest,
+            "bucket_ms": self.bucket_ms,
+            "partitions": {
+                str(p): {
+                    "next": s.next_offset,
+                    "base": s.base.to_bytes(),
+                    "buckets": {str(b): st.to_bytes() for b, st in s.buckets.items()},
+                    "rejected": dict(s.rejected),
+                }
+                for p, s in self.partitions.items()
+            },
+        }
+        return bytes(msgpack.packb(payload, use_bin_type=True))
+
+    @classmethod
+    def from_bytes(cls, collection: Collection, data: bytes) -> AggregatorState:
+        try:
+            payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise CheckpointMismatch(f"checkpoint is not valid msgpack: {exc}") from exc
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("v") != VERSION:
+            raise CheckpointMismatch("file is not a kvldp checkpoint of a supported version")
+        if payload.get("collection") != collection.name or payload.get("digest") != collection.digest:
+            raise CheckpointMismatch(
+                f"checkpoint belongs to collection {payload.get('collection')!r} with digest "
+                f"{payload.get('digest')}, not {collection.name!r}/{collection.digest}: the collection file "
+                "changed; move the old state away or use another --state-dir"
+            )
+        state = cls(collection)
+        if payload.get("bucket_ms") != state.bucket_ms:
+            raise CheckpointMismatch("checkpoint was written with other windows; use another --state-dir")
+        mech = collection.mechanism
+        for p, entry in payload["partitions"].items():
+            state.partitions[int(p)] = PartitionState(
+                next_offset=int(entry["next"]),
+                base=Stats.from_bytes(mech, entry["base"]),
+                buckets={int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()},
+                rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
+            )
+        return state
+
+
+class CheckpointStore:
+    """``<state_dir>/<collection>.checkpoint``, replaced atomically."""
+
+    def __init__(self, directory: str | Path, collection: Collection) -> None:
+        self.directory = Path(directory)
+        self.collection = collection
+        self.path = self.directory / f"{collection.name}.checkpoint"
+
+    def load(self) -> AggregatorState | None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return AggregatorState.from_bytes(self.collection, data)
+
+    def save(self, data: bytes) -> None:
+        """Write ``data`` (an :meth:`AggregatorState.to_bytes`) atomically and durably."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

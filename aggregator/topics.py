@@ -1,0 +1,35 @@
+"""Create a collection's topics when they are missing (the aggregator owns them)."""
+
+from __future__ import annotations
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from common.collection import Collection
+
+#: Kafka's "topic already exists" error code (a concurrent creator won the race)
+TOPIC_ALREADY_EXISTS = 36
+
+
+async def ensure_topics(
+    bootstrap_servers: str, collection: Collection, replication_factor: int = 1
+) -> list[str]:
+    """Create ``kvldp.<name>.reports`` (``aggregate.partitions`` partitions) and
+    ``kvldp.<name>.dlq`` if absent; returns the names created."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="kvldp-admin")
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        wanted = [
+            NewTopic(collection.reports_topic, collection.aggregate.partitions, replication_factor),
+            NewTopic(collection.dlq_topic, 1, replication_factor),
+        ]
+        missing = [t for t in wanted if t.name not in existing]
+        if not missing:
+            return []
+        response = await admin.create_topics(missing)
+        for topic, code, message in response.topic_errors:
+            if code not in (0, TOPIC_ALREADY_EXISTS):
+                raise RuntimeError(f"cannot create topic {topic}: error {code} {message or ''}".strip())
+        return [t.name for t in missing]
+    finally:
+        await admin.close()

@@ -1,0 +1,345 @@
+"""A collection: what devices report and how the aggregator turns it into statistics.
+
+One TOML file is shared by devices and aggregator so that both agree, by construction,
+on the mechanism, its parameters, the key names and the value range. Everything that
+changes how a report is produced or read enters the collection *digest*, which every
+report carries (spec §0.3, ``cfg``); a report whose digest differs is rejected, never
+silently folded (the RAPPOR lesson).
+
+```toml
+name = "checkout"            # topics kvldp.checkout.reports / kvldp.checkout.dlq
+mechanism = "pckv_ue"
+epsilon = 2.0
+keys = ["hamburger", "fries", "pepsi"]   # or key_count = 100 for k0..k99
+value_range = [0.0, 10.0]    # raw values are normalised into [-1, 1] on the device
+clip_values = false          # true: clip raw values into value_range on the device
+
+[params]                     # mechanism parameters
+ell = 2
+
+[aggregate]
+refit_interval_s = 5
+estimators = ["unbiased", "em"]
+windows = ["5m", "1h", "all"]
+conditions = []
+partitions = 4
+max_message_bytes = 65536
+```
+
+Invalid files raise :class:`InvalidCollection` naming the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.errors import KvldpError
+from common.mechanisms import create, get
+from common.mechanisms.base import Mechanism
+from common.params import InvalidParameter
+from common.primitives import FloatArray
+
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
+KEY_PATTERN = re.compile(r"^[^\s|,=]{1,128}$")
+WINDOW_PATTERN = re.compile(r"^(\d+)(s|m|h|d)$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
+#: Kafka's default message limit: a cap above it could never be delivered
+KAFKA_MESSAGE_LIMIT = 1_000_000
+
+_TOP_LEVEL = {
+    "name",
+    "mechanism",
+    "epsilon",
+    "keys",
+    "key_count",
+    "value_range",
+    "clip_values",
+    "params",
+    "aggregate",
+}
+_AGGREGATE = {"refit_interval_s", "estimators", "windows", "conditions", "partitions", "max_message_bytes"}
+
+
+class InvalidCollection(KvldpError):
+    """A collection file is missing a field or has a wrong one (the message names it)."""
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sliding window of report time: ``all`` (seconds None) or the last ``seconds``."""
+
+    name: str
+    seconds: int | None
+
+
+def parse_window(text: str) -> Window:
+    if text == "all":
+        return Window("all", None)
+    match = WINDOW_PATTERN.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise InvalidCollection(
+            f"aggregate.windows: {text!r} is not a window (use e.g. '30s', '5m', '1h', '1d' or 'all')"
+        )
+    return Window(text, int(match.group(1)) * UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class AggregateConfig:
+    refit_interval_s: float = 5.0
+    estimators: tuple[str, ...] = ("unbiased", "em")
+    windows: tuple[Window, ...] = (Window("all", None),)
+    conditions: tuple[str, ...] = ()
+    partitions: int = 4
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+
+
+@dataclass(frozen=True)
+class Collection:
+    """A validated collection; build it with :func:`load_collection` or :func:`parse_collection`."""
+
+    name: str
+    mechanism_name: str
+    epsilon: float
+    keys: tuple[str, ...]
+    value_range: tuple[float, float]
+    clip_values: bool
+    params: Mapping[str, Any]
+    aggregate: AggregateConfig
+    mechanism: Mechanism
+
+    @property
+    def d(self) -> int:
+        return len(self.keys)
+
+    @property
+    def reports_topic(self) -> str:
+        return f"kvldp.{self.name}.reports"
+
+    @property
+    def dlq_topic(self) -> str:
+        return f"kvldp.{self.name}.dlq"
+
+    @property
+    def consumer_group(self) -> str:
+        return f"kvldp.{self.name}.aggregator"
+
+    @property
+    def digest(self) -> int:
+        """uint32 over everything that shapes a report: mechanism config, keys, value range."""
+        canonical = json.dumps(
+            {
+                "mechanism": self.mechanism.config,
+                "keys": list(self.keys),
+                "value_range": list(self.value_range),
+                "clip_values": self.clip_values,
+            },
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+        return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
+
+    def key_index(self) -> dict[str, int]:
+        return {k: i for i, k in enumerate(self.keys)}
+
+    def normalise(self, raw: FloatArray) -> FloatArray:
+        """Raw values -> [-1, 1] (clipped first if ``clip_values``; otherwise out-of-range
+        values are an error, so that a misconfigured range cannot bias the means silently)."""
+        lo, hi = self.value_range
+        values = np.asarray(raw, dtype=np.float64)
+        if self.clip_values:
+            values = np.clip(values, lo, hi)
+        bad = ~np.isfinite(values) | (values < lo) | (values > hi)
+        if np.any(bad):
+            first = float(values[np.flatnonzero(bad)[0]])
+            raise InvalidCollection(
+                f"value {first!r} is outside value_range [{lo:g}, {hi:g}] of collection {self.name} "
+                "(set clip_values = true to clip on the device)"
+            )
+        return np.clip((values - lo) / (hi - lo) * 2.0 - 1.0, -1.0, 1.0)
+
+    def raw_mean(self, mean: FloatArray) -> FloatArray:
+        """A mean in [-1, 1] back in the collection's units."""
+        lo, hi = self.value_range
+        return np.asarray(lo + (np.asarray(mean) + 1.0) * (hi - lo) / 2.0, dtype=np.float64)
+
+    def raw_scale(self, stderr: FloatArray) -> FloatArray:
+        """A standard error of a normalised mean in the collection's units."""
+        lo, hi = self.value_range
+        return np.asarray(np.asarray(stderr) * (hi - lo) / 2.0, dtype=np.float64)
+
+
+def _require(table: Mapping[str, Any], key: str, where: str = "") -> Any:
+    if key not in table:
+        raise InvalidCollection(f"{where}{key}: required field is missing")
+    return table[key]
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidCollection(f"{field}: expected a finite number, got {value!r}")
+    return float(value)
+
+
+def _string_list(value: Any, field: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidCollection(f"{field}: expected a list of strings, got {value!r}")
+    return tuple(value)
+
+
+def _parse_keys(table: Mapping[str, Any]) -> tuple[str, ...]:
+    if "keys" in table and "key_count" in table:
+        raise InvalidCollection("keys: give either keys or key_count, not both")
+    if "keys" in table:
+        keys = _string_list(table["keys"], "keys")
+        for k in keys:
+            if not KEY_PATTERN.match(k):
+                raise InvalidCollection(
+                    f"keys: {k!r} is not a key name (1-128 characters, no spaces, '|', ',' or '=')"
+                )
+        if len(set(keys)) != len(keys):
+            dup = next(k for k in keys if keys.count(k) > 1)
+            raise InvalidCollection(f"keys: {dup!r} appears twice")
+    elif "key_count" in table:
+        count = table["key_count"]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidCollection(f"key_count: expected a positive integer, got {count!r}")
+        keys = tuple(f"k{i}" for i in range(count))
+    else:
+        raise InvalidCollection("keys: required field is missing (or give key_count)")
+    if not keys:
+        raise InvalidCollection("keys: the list is empty")
+    return keys
+
+
+def _parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise InvalidCollection("aggregate: expected a table")
+    unknown = sorted(set(table) - _AGGREGATE)
+    if unknown:
+        raise InvalidCollection(
+            f"aggregate.{unknown[0]}: unknown field (known: {', '.join(sorted(_AGGREGATE))})"
+        )
+    defaults = AggregateConfig()
+    refit = _number(table.get("refit_interval_s", defaults.refit_interval_s), "aggregate.refit_interval_s")
+    if refit <= 0:
+        raise InvalidCollection("aggregate.refit_interval_s: must be positive")
+    estimators = _string_list(table.get("estimators", list(defaults.estimators)), "aggregate.estimators")
+    if not estimators:
+        raise InvalidCollection("aggregate.estimators: give at least one estimator")
+    usable = tuple(e for e in estimators if e in mechanism.estimator_names)
+    if "estimators" in table:
+        for e in estimators:
+            if e not in mechanism.estimator_names:
+                raise InvalidCollection(
+                    f"aggregate.estimators: {mechanism.name} has no estimator {e!r} "
+                    f"(available: {', '.join(mechanism.estimator_names)})"
+                )
+    elif not usable:
+        usable = ("unbiased",)
+    windows = tuple(parse_window(w) for w in _string_list(table.get("windows", ["all"]), "aggregate.windows"))
+    if len({w.name for w in windows}) != len(windows):
+        raise InvalidCollection("aggregate.windows: a window is listed twice")
+    if not any(w.seconds is None for w in windows):
+        windows = (*windows, Window("all", None))
+    conditions = _string_list(table.get("conditions", []), "aggregate.conditions")
+    partitions = table.get("partitions", defaults.partitions)
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 1024:
+        raise InvalidCollection(f"aggregate.partitions: expected an integer in [1, 1024], got {partitions!r}")
+    cap = table.get("max_message_bytes", defaults.max_message_bytes)
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1024 <= cap <= KAFKA_MESSAGE_LIMIT:
+        raise InvalidCollection(
+            f"aggregate.max_message_bytes: expected an integer in [1024, {KAFKA_MESSAGE_LIMIT}], got {cap!r}"
+        )
+    return AggregateConfig(
+        refit_interval_s=refit,
+        estimators=usable,
+        windows=windows,
+        conditions=conditions,
+        partitions=partitions,
+        max_message_bytes=cap,
+    )
+
+
+def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Collection:
+    """Validate a parsed TOML table; errors name the offending field."""
+    try:
+        unknown = sorted(set(table) - _TOP_LEVEL)
+        if unknown:
+            raise InvalidCollection(f"{unknown[0]}: unknown field (known: {', '.join(sorted(_TOP_LEVEL))})")
+        name = _require(table, "name")
+        if not isinstance(name, str) or not NAME_PATTERN.match(name):
+            raise InvalidCollection(f"name: {name!r} must be 1-100 letters, digits, '_' or '-'")
+        mech_name = _require(table, "mechanism")
+        if not isinstance(mech_name, str):
+            raise InvalidCollection(f"mechanism: expected a mechanism name, got {mech_name!r}")
+        try:
+            get(mech_name)
+        except InvalidParameter as exc:
+            raise InvalidCollection(f"mechanism: {exc}") from None
+        epsilon = _number(_require(table, "epsilon"), "epsilon")
+        if epsilon <= 0:
+            raise InvalidCollection("epsilon: must be positive")
+        keys = _parse_keys(table)
+        value_range = _require(table, "value_range")
+        if not isinstance(value_range, list) or len(value_range) != 2:
+            raise InvalidCollection(f"value_range: expected [low, high], got {value_range!r}")
+        lo, hi = (_number(v, "value_range") for v in value_range)
+        if not lo < hi:
+            raise InvalidCollection(f"value_range: low {lo:g} must be below high {hi:g}")
+        clip = table.get("clip_values", False)
+        if not isinstance(clip, bool):
+            raise InvalidCollection(f"clip_values: expected true or false, got {clip!r}")
+        params = table.get("params", {})
+        if not isinstance(params, dict):
+            raise InvalidCollection("params: expected a table")
+        try:
+            mechanism = create(mech_name, len(keys), epsilon, **params)
+        except InvalidParameter as exc:
+            raise InvalidCollection(f"params: {exc}") from None
+        aggregate = _parse_aggregate(table.get("aggregate"), mechanism)
+        if aggregate.conditions and not hasattr(mechanism, "conditional_many"):
+            raise InvalidCollection(
+                f"aggregate.conditions: {mech_name} does not collect joint key states (use ioh)"
+            )
+        return Collection(
+            name=name,
+            mechanism_name=mech_name,
+            epsilon=epsilon,
+            keys=keys,
+            value_range=(lo, hi),
+            clip_values=clip,
+            params=dict(params),
+            aggregate=aggregate,
+            mechanism=mechanism,
+        )
+    except InvalidCollection as exc:
+        raise InvalidCollection(f"{source}: {exc}") from None
+
+
+def load_collection(path: str | Path) -> Collection:
+    """Read and validate a collection file (TOML)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InvalidCollection(f"collection file {str(p)!r} does not exist") from None
+    except OSError as exc:
+        raise InvalidCollection(f"collection file {str(p)!r} cannot be read: {exc.strerror}") from None
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidCollection(f"{p}: not valid TOML: {exc}") from None
+    return parse_collection(table, source=str(p))

@@ -1,0 +1,275 @@
+"""The wire format: versioned msgpack, one report per message or a columnar batch.
+
+Every Kafka message value is one msgpack map with the envelope of spec §0.3:
+
+* ``ver`` — schema version, 1;
+* ``col`` — collection name; ``mech`` — mechanism tag; ``cfg`` — the collection digest
+  (uint32 over mechanism, epsilon, parameters, keys and value range);
+* ``ts`` — optional device timestamp (ms since the epoch); ``rid`` — optional report id
+  (uint64), reserved for de-duplication;
+
+then either the payload fields of one report at top level (``{"j": 3, "s": 2}``;
+bitsets as ``bin`` of ceil(L/8) bytes, LSB-first), or a *batch*: ``n`` (number of
+reports) and ``cols``, a map from field name to one ``bin`` holding the column:
+``n`` little-endian integers of the field's width, or ``n`` bitsets back to back.
+Columns decode with one ``numpy.frombuffer`` each, so a gateway batch costs no Python
+work per report.
+
+Decoding is hostile-input safe: sizes are capped before parsing, msgpack runs with
+small container limits, and every exception at the boundary becomes a
+:class:`WireError` with a stable reason code (the DLQ ``reason`` header and the
+``kvldp_reports_rejected_total`` label):
+
+``oversize``, ``undecodable``, ``bad_envelope``, ``unsupported_version``,
+``wrong_collection``, ``wrong_mechanism``, ``config_mismatch``, ``bad_payload``,
+``out_of_range``, ``invalid_report``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
+
+from common.collection import Collection
+from common.errors import KvldpError
+from common.schema import Field, Report, ReportBatch, batch_len
+
+VERSION = 1
+ENVELOPE = ("ver", "col", "mech", "cfg")
+OPTIONAL = ("ts", "rid")
+BATCH_KEYS = ("n", "cols")
+REASONS = (
+    "oversize",
+    "undecodable",
+    "bad_envelope",
+    "unsupported_version",
+    "wrong_collection",
+    "wrong_mechanism",
+    "config_mismatch",
+    "bad_payload",
+    "out_of_range",
+    "invalid_report",
+)
+
+
+class WireError(KvldpError):
+    """A message that cannot be folded; ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def column_dtype(f: Field) -> np.dtype[Any]:
+    """Little-endian wire type of a field's batch column (the narrowest that fits)."""
+    if f.kind == "bits":
+        return np.dtype("u1")
+    if f.kind == "int":
+        for width in (1, 2, 4, 8):
+            if -(2 ** (8 * width - 1)) <= f.low and f.high <= 2 ** (8 * width - 1):
+                return np.dtype(f"<i{width}")
+    for width in (1, 2, 4):
+        if f.high <= 2 ** (8 * width):
+            return np.dtype(f"<u{width}")
+    return np.dtype("<u8")
+
+
+@dataclass(frozen=True)
+class Decoded:
+    """The reports of a list of messages: the valid ones as one columnar batch, with
+    ``message`` giving the index of the message each report came from, and the
+    rejected messages as (index, reason, detail)."""
+
+    reports: ReportBatch
+    message: NDArray[np.int64]
+    rejected: list[tuple[int, str, str]]
+
+
+class WireFormat:
+    """Encoder and decoder bound to one collection (its digest, fields and size cap)."""
+
+    def __init__(self, collection: Collection) -> None:
+        self.collection = collection
+        self.mechanism = collection.mechanism
+        self.fields: tuple[Field, ...] = self.mechanism.fields()
+        self.names = tuple(f.name for f in self.fields)
+        self.dtypes = {f.name: column_dtype(f) for f in self.fields}
+        self.cap = collection.aggregate.max_message_bytes
+        self.envelope = {
+            "ver": VERSION,
+            "col": collection.name,
+            "mech": self.mechanism.name,
+            "cfg": collection.digest,
+        }
+        self._single_keys = frozenset((*ENVELOPE, *self.names))
+        self._batch_keys = frozenset((*ENVELOPE, *BATCH_KEYS))
+        self._unpack_limits = {
+            "max_bin_len": self.cap,
+            "max_str_len": 256,
+            "max_array_len": 0,
+            "max_map_len": max(16, len(self.fields) + 8),
+            "max_ext_len": 0,
+        }
+
+    # ------------------------------------------------------------------ encoding
+    def report_bytes(self) -> int:
+        """Payload bytes of one report in a batch (sizes gateway batches under the cap)."""
+        return sum(f.nbytes if f.kind == "bits" else self.dtypes[f.name].itemsize for f in self.fields)
+
+    def max_batch(self) -> int:
+        """Most reports one batch message may carry under the collection's size cap."""
+        overhead = 128 + 16 * len(self.fields) + len(self.collection.name)
+        return max(1, (self.cap - overhead) // self.report_bytes())
+
+    def _check_size(self, data: bytes) -> bytes:
+        if len(data) > self.cap:
+            raise WireError("oversize", f"{len(data)} bytes exceed max_message_bytes={self.cap}")
+        return data
+
+    def encode_report(self, report: Report, ts_ms: int | None = None, rid: int | None = None) -> bytes:
+        """One report (as returned by ``Mechanism.perturb``) as one message."""
+        body: dict[str, Any] = dict(self.envelope)
+        if ts_ms is not None:
+            body["ts"] = int(ts_ms)
+        if rid is not None:
+            body["rid"] = int(rid)
+        for name in self.names:
+            body[name] = report[name]
+        return self._check_size(bytes(msgpack.packb(body, use_bin_type=True)))
+
+    def encode_batch(self, batch: ReportBatch, ts_ms: int | None = None) -> bytes:
+        """A columnar batch of reports (``perturb_many`` output) as one message."""
+        n = batch_len(batch)
+        if n < 1:
+            raise ValueError("a batch message carries at least one report")
+        body: dict[str, Any] = dict(self.envelope)
+        if ts_ms is not None:
+            body["ts"] = int(ts_ms)
+        body["n"] = n
+        body["cols"] = {
+            name: np.ascontiguousarray(batch[name], dtype=self.dtypes[name]).tobytes() for name in self.names
+        }
+        return self._check_size(bytes(msgpack.packb(body, use_bin_type=True)))
+
+    # ------------------------------------------------------------------ decoding
+    def _envelope(self, obj: Any) -> None:
+        if not isinstance(obj, dict):
+            raise WireError("bad_envelope", f"message is a {type(obj).__name__}, not a map")
+        ver = obj.get("ver")
+        if ver != VERSION:
+            if isinstance(ver, int) and not isinstance(ver, bool):
+                raise WireError(
+                    "unsupported_version", f"schema version {ver} (this aggregator reads {VERSION})"
+                )
+            raise WireError("bad_envelope", "missing or malformed 'ver'")
+        for key in ("col", "mech"):
+            if not isinstance(obj.get(key), str):
+                raise WireError("bad_envelope", f"missing or malformed {key!r}")
+        cfg = obj.get("cfg")
+        if isinstance(cfg, bool) or not isinstance(cfg, int):
+            raise WireError("bad_envelope", "missing or malformed 'cfg'")
+        if obj["col"] != self.collection.name:
+            raise WireError("wrong_collection", f"report for collection {obj['col']!r}")
+        if obj["mech"] != self.mechanism.name:
+            raise WireError("wrong_mechanism", f"report of mechanism {obj['mech']!r}")
+        if cfg != self.collection.digest:
+            raise WireError("config_mismatch", f"config digest {cfg} != {self.collection.digest}")
+        for key in OPTIONAL:
+            if key in obj and (isinstance(obj[key], bool) or not isinstance(obj[key], int) or obj[key] < 0):
+                raise WireError("bad_envelope", f"malformed {key!r}")
+
+    def _scalar(self, f: Field, value: Any) -> Any:
+        if f.kind == "bits":
+            if not isinstance(value, bytes) or len(value) != f.nbytes:
+                raise WireError("bad_payload", f"{f.name}: expected {f.nbytes} bytes")
+            return value
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WireError("bad_payload", f"{f.name}: expected an integer, got {type(value).__name__}")
+        lo, hi = (0, 2**64) if f.dtype == np.dtype(np.uint64) else (-(2**63), 2**63)
+        if not lo <= value < hi:
+            raise WireError("out_of_range", f"{f.name}: {value} does not fit the field's 64-bit type")
+        return value
+
+    def _columns(self, obj: dict[str, Any]) -> dict[str, NDArray[Any]]:
+        n = obj["n"]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise WireError("bad_payload", "batch 'n' must be a positive integer")
+        cols = obj["cols"]
+        if not isinstance(cols, dict) or set(cols) != set(self.names):
+            raise WireError("bad_payload", f"batch columns must be exactly {', '.join(self.names)}")
+        out: dict[str, NDArray[Any]] = {}
+        for f in self.fields:
+            buf = cols[f.name]
+            dtype = self.dtypes[f.name]
+            width = f.nbytes if f.kind == "bits" else dtype.itemsize
+            if not isinstance(buf, bytes) or len(buf) != n * width:
+                raise WireError("bad_payload", f"column {f.name}: expected {n} x {width} bytes")
+            raw = np.frombuffer(buf, dtype=dtype)
+            out[f.name] = raw.reshape(n, width) if f.kind == "bits" else raw.astype(f.dtype)
+        return out
+
+    def decode(self, messages: Sequence[bytes | None]) -> Decoded:
+        """Decode and validate messages; never raises on bad input."""
+        singles: dict[str, list[Any]] = {name: [] for name in self.names}
+        single_msg: list[int] = []
+        batches: list[dict[str, NDArray[Any]]] = []
+        batch_msg: list[NDArray[np.int64]] = []
+        rejected: list[tuple[int, str, str]] = []
+        for i, data in enumerate(messages):
+            try:
+                if data is None or len(data) > self.cap:
+                    raise WireError(
+                        "oversize" if data is not None else "undecodable",
+                        "empty message" if data is None else f"{len(data)} bytes exceed {self.cap}",
+                    )
+                try:
+                    obj = msgpack.unpackb(data, raw=False, strict_map_key=True, **self._unpack_limits)
+                except Exception as exc:  # msgpack raises many unrelated types on garbage
+                    raise WireError("undecodable", f"{type(exc).__name__}: {exc}"[:200]) from None
+                self._envelope(obj)
+                keys = set(obj) - set(OPTIONAL)
+                if keys == self._batch_keys:
+                    cols = self._columns(obj)
+                    batches.append(cols)
+                    batch_msg.append(np.full(int(obj["n"]), i, dtype=np.int64))
+                elif keys == self._single_keys:
+                    values = [self._scalar(f, obj[f.name]) for f in self.fields]
+                    for name, value in zip(self.names, values, strict=True):
+                        singles[name].append(value)
+                    single_msg.append(i)
+                else:
+                    missing = sorted(self._single_keys - keys)
+                    extra = sorted(keys - self._single_keys - self._batch_keys)
+                    raise WireError("bad_payload", f"fields missing {missing} / unexpected {extra}")
+            except WireError as exc:
+                rejected.append((i, exc.reason, exc.detail))
+        columns = self._assemble(singles, batches)
+        message = np.concatenate([np.asarray(single_msg, dtype=np.int64), *batch_msg])
+        if message.size:
+            valid, codes, details = self.mechanism.validate_coded(columns)
+            if not np.all(valid):
+                bad_msgs: dict[int, tuple[str, str]] = {}
+                for r in np.flatnonzero(~valid):
+                    bad_msgs.setdefault(int(message[r]), (str(codes[r]), str(details[r])))
+                rejected.extend((m, code, detail) for m, (code, detail) in bad_msgs.items())
+                keep = ~np.isin(message, np.fromiter(bad_msgs, dtype=np.int64))
+                columns = {k: v[keep] for k, v in columns.items()}
+                message = message[keep]
+        rejected.sort()
+        return Decoded(reports=columns, message=message, rejected=rejected)
+
+    def _assemble(self, singles: dict[str, list[Any]], batches: list[dict[str, NDArray[Any]]]) -> ReportBatch:
+        out: ReportBatch = {}
+        for f in self.fields:
+            if f.kind == "bits":
+                head = np.frombuffer(b"".join(singles[f.name]), dtype=np.uint8).reshape(-1, f.nbytes)
+            else:
+                head = np.array(singles[f.name], dtype=f.dtype) if singles[f.name] else np.zeros(0, f.dtype)
+            out[f.name] = np.concatenate([head, *(b[f.name] for b in batches)]) if batches else head
+        return out

@@ -1,0 +1,231 @@
+"""The streaming commands: ``broker``, ``produce``, ``aggregate``, ``record``, ``replay``.
+
+Each resolves its Kafka address from ``--bootstrap-servers`` or
+``KVLDP_BOOTSTRAP_SERVERS`` and turns the failures a user can fix (no address,
+unreachable broker, port in use, bad files) into one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import errno
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+from aiokafka.errors import KafkaConnectionError, KafkaError
+
+from aggregator.offline import estimates_json, fold_recording
+from aggregator.service import Aggregator
+from common.collection import Collection, load_collection
+from common.errors import KvldpError
+from kvldp.broker import EmbeddedBroker, port_in_use
+from kvldp.progress import Progress
+from producer import simulate
+from producer.collector import Collector
+from producer.csvsource import read_devices
+from producer.recording import record, replay
+
+ENV_BOOTSTRAP = "KVLDP_BOOTSTRAP_SERVERS"
+T = TypeVar("T")
+
+
+def bootstrap_servers(args: argparse.Namespace) -> str:
+    value = getattr(args, "bootstrap_servers", None) or os.environ.get(ENV_BOOTSTRAP)
+    if not value:
+        raise KvldpError(
+            f"no Kafka address: pass --bootstrap-servers host:port or set {ENV_BOOTSTRAP} "
+            "(`kvldp broker` runs a local one)"
+        )
+    return str(value)
+
+
+def run_async(make: Callable[[asyncio.Event], Awaitable[T]], bootstrap: str | None = None) -> T:
+    """Run a coroutine with Ctrl-C/SIGTERM setting its stop event; map Kafka and socket
+    failures to one-line errors."""
+
+    async def main() -> T:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            return await make(stop)
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    try:
+        return asyncio.run(main())
+    except KafkaConnectionError as exc:
+        raise KvldpError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+    except KafkaError as exc:
+        raise KvldpError(f"Kafka error at {bootstrap}: {exc}") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise KvldpError(f"address already in use: {exc.strerror}") from None
+        raise
+
+
+# ---------------------------------------------------------------------- broker
+def run_broker(port: int) -> int:
+    broker = EmbeddedBroker(port).start()
+    print(f"bootstrap={broker.bootstrap_servers}", flush=True)
+    stopped = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopped
+        stopped = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        while not stopped and broker.alive():
+            time.sleep(0.2)  # signals interrupt the sleep; the loop also notices a dead broker
+    finally:
+        died = not broker.alive()
+        tail = broker.log_tail()
+        broker.stop()
+    if died and not stopped:
+        raise KvldpError(f"the broker exited unexpectedly: {tail}")
+    return 0
+
+
+# ---------------------------------------------------------------------- produce
+def produce(args: argparse.Namespace) -> int:
+    collection = load_collection(args.collection)
+    bootstrap = bootstrap_servers(args)
+    rng = np.random.default_rng(args.seed) if args.seed is not None else None
+    if args.simulate:
+        if not args.users:
+            raise KvldpError("--simulate needs --users N")
+        try:
+            users = simulate.simulate(collection, args.simulate, args.users, args.seed or 0)
+        except ValueError as exc:
+            raise KvldpError(str(exc)) from None
+        if args.truth:
+            Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
+
+        async def publish(stop: asyncio.Event) -> int:
+            async with Collector(collection, bootstrap, rng=rng) as sdk:
+                with Progress(users.n_users, f"produce {collection.name}") as bar:
+                    await _until(
+                        stop,
+                        sdk.publish_users(
+                            users,
+                            simulate.device_ids(users.n_users),
+                            batch_size=args.batch_size,
+                            rate=args.rate,
+                            on_progress=bar.advance,
+                        ),
+                    )
+                return sdk.sent_reports
+
+        sent = run_async(publish, bootstrap)
+    else:
+        if args.truth:
+            raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
+        source = Path(args.from_csv)
+
+        async def publish_csv(stop: asyncio.Event) -> int:
+            async with Collector(collection, bootstrap, rng=rng) as sdk:
+                await _until(stop, _publish_csv(sdk, source, args.batch_size))
+                return sdk.sent_reports
+
+        sent = run_async(publish_csv, bootstrap)
+    print(f"published {sent} reports to {collection.reports_topic}", file=sys.stderr)
+    return 0
+
+
+async def _until(stop: asyncio.Event, work: Awaitable[object]) -> None:
+    """Run ``work`` unless Ctrl-C comes first (then cancel it)."""
+    task = asyncio.ensure_future(work)
+    waiter = asyncio.create_task(stop.wait())
+    await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+    waiter.cancel()
+    if not task.done():
+        task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    if task.done() and not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]
+
+
+async def _publish_csv(sdk: Collector, path: Path, batch_size: int, chunk: int = 4096) -> None:
+    keys = frozenset(sdk.collection.keys)
+    ids: list[str] = []
+    devices: list[dict[str, float]] = []
+    for device, pairs in read_devices(path, keys):
+        ids.append(device)
+        devices.append(pairs)
+        if len(devices) >= chunk:
+            await sdk.report_many(devices, ids, batch_size=batch_size)
+            ids, devices = [], []
+    if devices:
+        await sdk.report_many(devices, ids, batch_size=batch_size)
+
+
+# ---------------------------------------------------------------------- aggregate
+def aggregate(args: argparse.Namespace) -> int:
+    collection = load_collection(args.collection)
+    if args.from_file:
+        path = Path(args.from_file)
+        if not path.is_file():
+            raise KvldpError(f"recording {str(path)!r} does not exist")
+        print(json.dumps(estimates_json(collection, fold_recording(collection, path)), allow_nan=False))
+        return 0
+    bootstrap = bootstrap_servers(args)
+    if args.metrics_port and port_in_use(args.metrics_port, args.metrics_host):
+        raise KvldpError(f"metrics port {args.metrics_port} on {args.metrics_host} is already in use")
+
+    async def serve(stop: asyncio.Event) -> None:
+        agg = Aggregator(
+            collection, bootstrap, args.metrics_host, args.metrics_port, args.state_dir, args.refit_interval
+        )
+
+        def ready(a: Aggregator) -> None:
+            print(f"metrics=http://{args.metrics_host}:{a.bound_port}/metrics", flush=True)
+
+        await agg.run(stop, ready)
+
+    run_async(serve, bootstrap)
+    return 0
+
+
+# ---------------------------------------------------------------------- record / replay
+def record_topic(args: argparse.Namespace) -> int:
+    collection = load_collection(args.collection)
+    bootstrap = bootstrap_servers(args)
+
+    async def go(stop: asyncio.Event) -> int:
+        try:
+            return await record(collection, bootstrap, Path(args.out), args.from_beginning, args.idle_timeout)
+        except FileNotFoundError as exc:
+            raise KvldpError(str(exc)) from None
+
+    count = run_async(go, bootstrap)
+    print(f"recorded {count} messages of {collection.reports_topic} to {args.out}", file=sys.stderr)
+    return 0
+
+
+def replay_file(args: argparse.Namespace) -> int:
+    path = Path(args.path)
+    if not path.is_file():
+        raise KvldpError(f"recording {str(path)!r} does not exist")
+    bootstrap = bootstrap_servers(args)
+    count = run_async(lambda stop: replay(path, bootstrap, args.speed, args.topic), bootstrap)
+    print(f"replayed {count} messages from {path}", file=sys.stderr)
+    return 0
+
+
+def collection_or_demo(path: str | None, default: dict[str, Any]) -> Collection:
+    """The collection file given, or the built-in one."""
+    from common.collection import parse_collection
+
+    return load_collection(path) if path else parse_collection(default, source="built-in demo collection")

@@ -1,0 +1,58 @@
+"""Real device data from CSV: ``device,key,value`` rows, one device's rows together.
+
+The reader streams the file and yields one device at a time, so a file of any size can
+be published; every problem names its line.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterator
+from pathlib import Path
+
+from common.errors import KvldpError
+
+
+class InvalidCsv(KvldpError):
+    """A CSV row is malformed (the message names the line)."""
+
+
+def read_devices(path: Path, keys: frozenset[str]) -> Iterator[tuple[str, dict[str, float]]]:
+    """Yield (device id, {key: raw value}) per device, in file order."""
+    seen: set[str] = set()
+    current: str | None = None
+    pairs: dict[str, float] = {}
+    try:
+        handle = path.open(newline="", encoding="utf-8")
+    except OSError as exc:
+        raise InvalidCsv(f"{path}: cannot be read: {exc.strerror}") from None
+    with handle:
+        for lineno, row in enumerate(csv.reader(handle), start=1):
+            if not row or all(not cell.strip() for cell in row):
+                continue
+            if len(row) != 3:
+                raise InvalidCsv(f"{path}:{lineno}: expected device,key,value, got {len(row)} columns")
+            device, key, text = (cell.strip() for cell in row)
+            if lineno == 1 and (device, key, text) == ("device", "key", "value"):
+                continue  # header
+            try:
+                value = float(text)
+            except ValueError:
+                raise InvalidCsv(f"{path}:{lineno}: value {text!r} is not a number") from None
+            if not math.isfinite(value):
+                raise InvalidCsv(f"{path}:{lineno}: value {text!r} is not finite")
+            if key not in keys:
+                raise InvalidCsv(f"{path}:{lineno}: key {key!r} is not a key of the collection")
+            if device != current:
+                if current is not None:
+                    yield current, pairs
+                if device in seen:
+                    raise InvalidCsv(f"{path}:{lineno}: rows of device {device!r} are not together")
+                seen.add(device)
+                current, pairs = device, {}
+            if key in pairs:
+                raise InvalidCsv(f"{path}:{lineno}: device {device!r} lists key {key!r} twice")
+            pairs[key] = value
+    if current is not None:
+        yield current, pairs

@@ -1,0 +1,101 @@
+"""Collection files: validation names the field; digests change with anything that shapes reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from common.collection import InvalidCollection, load_collection, parse_collection
+
+BASE: dict[str, Any] = {
+    "name": "shop",
+    "mechanism": "kvue",
+    "epsilon": 1.0,
+    "keys": ["a", "b", "c"],
+    "value_range": [0.0, 10.0],
+}
+
+
+def with_(**changes: Any) -> dict[str, Any]:
+    table = {**BASE, **changes}
+    return {k: v for k, v in table.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("table", "field"),
+    [
+        (with_(name=None), "name: required"),
+        (with_(name="bad name"), "name:"),
+        (with_(mechanism="nope"), "mechanism: unknown mechanism 'nope'"),
+        (with_(epsilon=-1), "epsilon: must be positive"),
+        (with_(epsilon="1"), "epsilon: expected a finite number"),
+        (with_(keys=["a", "a"]), "keys: 'a' appears twice"),
+        (with_(keys=["a b"]), "keys: 'a b' is not a key name"),
+        (with_(keys=None), "keys: required"),
+        (with_(key_count=3), "keys: give either keys or key_count"),
+        (with_(value_range=[1, 1]), "value_range: low 1 must be below high 1"),
+        (with_(value_range=[0]), "value_range: expected [low, high]"),
+        (with_(params={"ell": 2}), "params: mechanism kvue has no parameter 'ell'"),
+        (with_(aggregate={"estimators": ["em4"]}), "aggregate.estimators: kvue has no estimator 'em4'"),
+        (with_(aggregate={"windows": ["5 minutes"]}), "aggregate.windows:"),
+        (with_(aggregate={"refit_interval_s": 0}), "aggregate.refit_interval_s"),
+        (with_(aggregate={"partitions": 0}), "aggregate.partitions"),
+        (with_(aggregate={"max_message_bytes": 10}), "aggregate.max_message_bytes"),
+        (with_(aggregate={"conditions": ["a | b=1"]}), "aggregate.conditions: kvue does not collect joint"),
+        (with_(aggregate={"typo": 1}), "aggregate.typo: unknown field"),
+        (with_(extra=1), "extra: unknown field"),
+    ],
+)
+def test_invalid_collections_name_the_field(table: dict[str, Any], field: str) -> None:
+    with pytest.raises(InvalidCollection, match=field.replace("[", r"\[").replace("]", r"\]")):
+        parse_collection(table, source="x.toml")
+
+
+def test_defaults_topics_and_key_count() -> None:
+    c = parse_collection(with_(keys=None, key_count=4))
+    assert c.keys == ("k0", "k1", "k2", "k3")
+    assert (c.reports_topic, c.dlq_topic, c.consumer_group) == (
+        "kvldp.shop.reports",
+        "kvldp.shop.dlq",
+        "kvldp.shop.aggregator",
+    )
+    assert c.aggregate.estimators == ("unbiased", "em")
+    assert [w.name for w in c.aggregate.windows] == ["all"]
+    windows = parse_collection(with_(aggregate={"windows": ["5m", "1h"]})).aggregate.windows
+    assert [(w.name, w.seconds) for w in windows] == [("5m", 300), ("1h", 3600), ("all", None)]
+
+
+def test_digest_covers_what_shapes_a_report() -> None:
+    base = parse_collection(BASE).digest
+    assert parse_collection(with_(epsilon=1.5)).digest != base
+    assert parse_collection(with_(keys=["a", "c", "b"])).digest != base
+    assert parse_collection(with_(value_range=[0.0, 11.0])).digest != base
+    assert parse_collection(with_(aggregate={"refit_interval_s": 9})).digest == base  # server-side only
+
+
+def test_normalise_rejects_or_clips_out_of_range_values() -> None:
+    c = parse_collection(BASE)
+    np.testing.assert_allclose(c.normalise(np.array([0.0, 5.0, 10.0])), [-1.0, 0.0, 1.0])
+    with pytest.raises(InvalidCollection, match="outside value_range"):
+        c.normalise(np.array([11.0]))
+    clipped = parse_collection(with_(clip_values=True))
+    np.testing.assert_allclose(clipped.normalise(np.array([-3.0, 12.0])), [-1.0, 1.0])
+    np.testing.assert_allclose(c.raw_mean(np.array([-1.0, 0.5])), [0.0, 7.5])
+    np.testing.assert_allclose(c.raw_scale(np.array([0.1])), [0.5])
+
+
+def test_load_collection_errors(tmp_path: Path) -> None:
+    with pytest.raises(InvalidCollection, match="does not exist"):
+        load_collection(tmp_path / "missing.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("name = ")
+    with pytest.raises(InvalidCollection, match="not valid TOML"):
+        load_collection(bad)
+
+
+@pytest.mark.parametrize("path", sorted(Path("deploy/collections").glob("*.toml")))
+def test_shipped_collections_are_valid(path: Path) -> None:
+    assert load_collection(path).name

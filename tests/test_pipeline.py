@@ -1,0 +1,416 @@
+"""The streaming pipeline on a real Kafka-protocol broker (Tansu): devices -> Kafka ->
+aggregator -> Prometheus, exactly-once state across SIGKILLs, the dead-letter topic,
+record and replay."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import msgpack
+import numpy as np
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+
+from aggregator.service import Aggregator
+from aggregator.state import CheckpointStore
+from common.wire import REASONS, WireFormat
+from kvldp.broker import EmbeddedBroker
+from producer import simulate
+from producer.collector import Collector
+from producer.recording import record, replay
+from tests.pipeline_support import (
+    collection_toml,
+    eventually,
+    oracle,
+    scrape,
+    unique_collection,
+    wait_for,
+)
+
+pytestmark = pytest.mark.asyncio
+
+
+async def start_aggregator(agg: Aggregator) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(agg.run(stop))
+    await wait_for(lambda: agg.bound_port is not None or task.done(), 30, "the aggregator to start")
+    if task.done():
+        await task
+    return stop, task
+
+
+@pytest.mark.parametrize("batch_size", [1, 100])
+async def test_end_to_end_estimates_within_five_standard_errors(
+    broker: EmbeddedBroker, batch_size: int
+) -> None:
+    """50,000 simulated devices; every key's exported frequency and mean within 5 standard
+    errors of the truth file; kvldp_reports_total exact."""
+    collection = unique_collection("kvue", 6)
+    users = simulate.simulate(collection, "gaussian", 50_000, seed=11)
+    truth = simulate.truth(collection, users)
+    agg = Aggregator(
+        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
+    )
+    stop, task = await start_aggregator(agg)
+    try:
+        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(11)) as sdk:
+            await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=batch_size)
+        await wait_for(lambda: agg.state.reports_total == 50_000, 60, "all reports folded")
+        await wait_for(
+            lambda: (
+                agg.exporter.snapshot is not None and agg.exporter.snapshot.fits["all"].n_reports == 50_000
+            ),
+            30,
+            "a refit of every report",
+        )
+        assert agg.bound_port is not None
+        samples = await asyncio.to_thread(scrape, agg.bound_port)
+    finally:
+        stop.set()
+        await task
+    labels = lambda **kw: tuple(sorted({"collection": collection.name, **kw}.items()))  # noqa: E731
+    assert samples[("kvldp_reports_total", labels())] == 50_000
+    for key in collection.keys:
+        for estimator in ("unbiased", "em"):
+            lab = labels(key=key, estimator=estimator, window="all")
+            f, fs = samples[("kvldp_frequency", lab)], samples[("kvldp_frequency_stderr", lab)]
+            assert abs(f - truth["frequency"][key]) < 5 * fs, (key, estimator, f, truth["frequency"][key], fs)
+            if truth["mean"][key] is not None and ("kvldp_mean", lab) in samples:
+                m, ms = samples[("kvldp_mean", lab)], samples[("kvldp_mean_stderr", lab)]
+                assert abs(m - truth["mean"][key]) < 5 * ms, (key, estimator, m, truth["mean"][key], ms)
+        assert ("kvldp_frequency", labels(key=key, estimator="unbiased", window="5m")) in samples
+    assert ("kvldp_last_refit_timestamp_seconds", labels()) in samples
+    assert ("kvldp_em_iterations", labels(window="all")) in samples
+    assert samples[("kvldp_refit_duration_seconds_count", labels())] >= 1
+
+
+def aggregator_process(
+    collection_file: Path, bootstrap: str, state_dir: Path
+) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kvldp",
+            "aggregate",
+            "--collection",
+            str(collection_file),
+            "--bootstrap-servers",
+            bootstrap,
+            "--state-dir",
+            str(state_dir),
+            "--metrics-port",
+            "0",
+            "--refit-interval",
+            "0.5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    assert line.startswith("metrics=http://127.0.0.1:"), line
+    return proc, int(line.rsplit(":", 1)[1].split("/")[0])
+
+
+def folded_total(port: int) -> float:
+    try:
+        samples = scrape(port)
+    except OSError:
+        return -1.0
+    return next((v for (name, _), v in samples.items() if name == "kvldp_reports_total"), -1.0)
+
+
+async def test_sigkill_three_times_then_state_equals_a_clean_run(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """The aggregator (a subprocess with --state-dir) is SIGKILLed at three random moments
+    while devices publish; after restarts its integer state equals one clean pass."""
+    collection = unique_collection("pckv_ue", 8)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    state_dir = tmp_path / "state"
+    total = 40_000
+    users = simulate.simulate(collection, "uniform", total, seed=5)
+    rng = random.Random(5)
+    proc, port = aggregator_process(toml, broker.bootstrap_servers, state_dir)
+    kills = []
+    try:
+        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
+            publisher = asyncio.create_task(
+                sdk.publish_users(users, simulate.device_ids(total), batch_size=20, rate=total / 8.0)
+            )
+            for _ in range(3):
+                await asyncio.sleep(rng.uniform(1.0, 2.5))
+                kills.append(await asyncio.to_thread(folded_total, port))
+                proc.send_signal(signal.SIGKILL)
+                proc.wait()
+                assert proc.stdout is not None
+                proc.stdout.close()
+                proc, port = aggregator_process(toml, broker.bootstrap_servers, state_dir)
+            await publisher
+        await eventually(
+            lambda: asyncio.to_thread(lambda: folded_total(port) == total), 90, "every report folded"
+        )
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    assert len(kills) == 3 and all(k < total for k in kills), kills  # the kills really were mid-stream
+    final = CheckpointStore(state_dir, collection).load()
+    assert final is not None
+    clean = await oracle(collection, broker.bootstrap_servers, tmp_path)
+    assert final.reports_total == clean.reports_total == total
+    assert final.all_stats() == clean.all_stats()
+
+
+def malformed_messages(wire: WireFormat, count: int, rng: np.random.Generator) -> list[bytes]:
+    env = dict(wire.envelope)
+    good = wire.encode_report({"j": 0, "s": 1})
+    makers = [
+        lambda i: good[: 1 + i % (len(good) - 1)],  # truncated
+        lambda i: good + bytes([i % 256]),  # trailing bytes
+        lambda i: msgpack.packb({**env, "col": f"other{i}", "j": 0, "s": 1}),
+        lambda i: msgpack.packb({**env, "cfg": (env["cfg"] + 1 + i) % 2**32, "j": 0, "s": 1}),
+        lambda i: msgpack.packb({**env, "j": wire.collection.d + i, "s": 1}),
+        lambda i: msgpack.packb({**env, "j": 0, "s": "x" * (i % 5 + 1)}),
+        lambda i: bytes(rng.integers(0, 256, size=1 + i % 40, dtype=np.uint8)),
+        lambda i: b"\x00" * (wire.cap + 1 + i),
+    ]
+    return [makers[i % len(makers)](i) for i in range(count)]
+
+
+async def test_malformed_messages_go_to_the_dlq_and_change_nothing(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    collection = unique_collection("kvue", 5)
+    wire = WireFormat(collection)
+    rng = np.random.default_rng(9)
+    bad = malformed_messages(wire, 1000, rng)
+    users = simulate.simulate(collection, "gaussian", 6000, seed=9)
+    agg = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
+    stop, task = await start_aggregator(agg)
+    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, max_request_size=4 << 20)
+    await producer.start()
+    try:
+        async with Collector(collection, broker.bootstrap_servers, rng=rng) as sdk:
+            for i in range(0, 6000, 600):
+                await sdk.publish_users(users.rows(i, i + 600), simulate.device_ids(600), batch_size=1)
+                for value in bad[i // 6 : i // 6 + 100]:
+                    await producer.send(collection.reports_topic, value=value, key=b"attacker")
+        await producer.flush()
+        await wait_for(
+            lambda: agg.state.reports_total == 6000 and sum(agg.state.rejected_totals().values()) == 1000,
+            60,
+            "valid reports folded and malformed ones rejected",
+        )
+        assert not task.done()  # alive
+    finally:
+        await producer.stop()
+        stop.set()
+        await task
+    dlq = AIOKafkaConsumer(
+        collection.dlq_topic,
+        bootstrap_servers=broker.bootstrap_servers,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+    )
+    await dlq.start()
+    letters = []
+    try:
+        while len(letters) < 1000:
+            fetched = await dlq.getmany(timeout_ms=2000)
+            if not fetched:
+                break
+            for records in fetched.values():
+                letters.extend(records)
+    finally:
+        await dlq.stop()
+    assert len(letters) == 1000
+    assert Counter(r.value for r in letters) == Counter(bad)  # original bytes, each exactly once
+    for r in letters:
+        headers = dict(r.headers)
+        assert headers["reason"].decode() in REASONS
+        assert headers["source_topic"].decode() == collection.reports_topic
+        assert int(headers["source_offset"]) >= 0 and headers["detail"]
+    assert agg.state.rejected_totals() == Counter(dict(r.headers)["reason"].decode() for r in letters)
+    clean = await oracle(collection, broker.bootstrap_servers, tmp_path)
+    assert agg.state.all_stats() == clean.all_stats()
+
+
+async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    collection = unique_collection("pckv_grr", 7, windows=["1m", "1h", "all"])
+    users = simulate.simulate(collection, "gaussian_pckv", 12_000, seed=3)
+    first = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
+    stop, task = await start_aggregator(first)
+    async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(3)) as sdk:
+        await sdk.publish_users(users.rows(0, 6000), simulate.device_ids(6000), batch_size=1)
+        await sdk.publish_users(users.rows(6000, 12_000), simulate.device_ids(6000), batch_size=250)
+    await wait_for(lambda: first.state.reports_total == 12_000, 60, "first aggregator")
+    stop.set()
+    await task
+    path = tmp_path / "run.rec"
+    assert (
+        await record(collection, broker.bootstrap_servers, path, from_beginning=True, idle_timeout=1.5)
+        == 6024
+    )
+    with EmbeddedBroker(0) as fresh:
+        second = Aggregator(collection, fresh.bootstrap_servers, metrics_port=0, log=lambda _: None)
+        stop2, task2 = await start_aggregator(second)
+        assert await replay(path, fresh.bootstrap_servers) == 6024
+        await wait_for(lambda: second.state.reports_total == 12_000, 60, "replayed reports folded")
+        stop2.set()
+        await task2
+    assert second.state.all_stats() == first.state.all_stats()
+    now = 2**62  # far future: both states have exactly the same buckets, windows included
+    for name, stats in first.state.window_stats(now).items():
+        assert second.state.window_stats(now)[name] == stats
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvldp", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    collection = unique_collection("kvue", 3)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    csv = tmp_path / "devices.csv"
+    rows = ["device,key,value"] + [f"d{i},k{i % 3},{(i % 11) * 0.9}" for i in range(300)]
+    rows += [f"d{i},k{(i + 1) % 3},5" for i in range(299, 300)]
+    csv.write_text("\n".join(rows) + "\n")
+    done = await asyncio.to_thread(
+        run_cli,
+        "produce",
+        "--collection",
+        str(toml),
+        "--from-csv",
+        str(csv),
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        "--batch-size",
+        "50",
+    )
+    assert done.returncode == 0, done.stderr
+    rec = tmp_path / "csv.rec"
+    out = await asyncio.to_thread(
+        run_cli,
+        "record",
+        "--collection",
+        str(toml),
+        "--out",
+        str(rec),
+        "--from-beginning",
+        "--idle-timeout",
+        "1.5",
+        env={"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers},
+    )
+    assert out.returncode == 0, out.stderr
+    folded = await asyncio.to_thread(run_cli, "aggregate", "--collection", str(toml), "--from-file", str(rec))
+    assert folded.returncode == 0, folded.stderr
+    payload = json.loads(folded.stdout)
+    assert payload["reports_total"] == 300 and payload["rejected"] == {}
+    assert set(payload["windows"]["all"]["estimators"]["unbiased"]["frequency"]) == {"k0", "k1", "k2"}
+
+
+async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    collection = unique_collection("kvue", 3)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    bad_mech = tmp_path / "bad.toml"
+    bad_mech.write_text(toml.read_text().replace('mechanism = "kvue"', 'mechanism = "nope"'))
+    produce = ["produce", "--collection", str(toml), "--simulate", "uniform", "--users", "10"]
+    cases = [
+        ([*produce, "--bootstrap-servers", "127.0.0.1:1"], "cannot reach Kafka at 127.0.0.1:1"),
+        (produce, "no Kafka address"),
+        (
+            ["aggregate", "--collection", str(tmp_path / "missing.toml"), "--bootstrap-servers", "x:1"],
+            "does not exist",
+        ),
+        (
+            ["aggregate", "--collection", str(bad_mech), "--bootstrap-servers", "x:1"],
+            "mechanism: unknown mechanism",
+        ),
+        (["broker", "--port", broker.bootstrap_servers.rsplit(":", 1)[1]], "already in use"),
+    ]
+    env = {k: v for k, v in os.environ.items() if k != "KVLDP_BOOTSTRAP_SERVERS"}
+    for argv, message in cases:
+        done = await asyncio.to_thread(
+            lambda a=argv: subprocess.run(
+                [sys.executable, "-m", "kvldp", *a],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+                check=False,
+            )
+        )
+        assert done.returncode != 0, argv
+        assert message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
+        assert done.stderr.strip().count("\n") == 0, done.stderr
+    port_owner = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
+    stop, task = await start_aggregator(port_owner)
+    try:
+        busy = await asyncio.to_thread(
+            run_cli,
+            "aggregate",
+            "--collection",
+            str(toml),
+            "--bootstrap-servers",
+            broker.bootstrap_servers,
+            "--metrics-port",
+            str(port_owner.bound_port),
+        )
+        assert busy.returncode != 0 and "already in use" in busy.stderr and "Traceback" not in busy.stderr
+    finally:
+        stop.set()
+        await task
+
+
+async def test_broker_command_prints_its_address_and_stops_cleanly() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvldp", "broker", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = await asyncio.to_thread(proc.stdout.readline)
+    assert line.startswith("bootstrap=127.0.0.1:")
+    bootstrap = line.strip().split("=", 1)[1]
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    await producer.send_and_wait("probe", b"x")
+    await producer.stop()
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 20) == 0
+    proc.stdout.close()
+    assert proc.stderr is not None
+    proc.stderr.close()
+
+
+async def test_demo_runs_to_completion_and_serves_metrics(tmp_path: Path) -> None:
+    done = await asyncio.to_thread(
+        run_cli, "demo", "--users", "4000", "--rate", "50000", "--metrics-port", "0", timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "4000/4000 reports folded" in done.stdout
+    assert "hamburger" in done.stdout and "metrics: http://127.0.0.1:" in done.stdout

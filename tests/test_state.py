@@ -1,0 +1,98 @@
+"""Aggregator state: offsets make folding idempotent, windows are exact sums of buckets,
+checkpoints round-trip and refuse another configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.ingest import plan
+from aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
+from common.collection import parse_collection
+from common.kvdata import KVData
+from common.schema import row
+from common.wire import WireFormat
+
+TABLE = {
+    "name": "st",
+    "mechanism": "kvue",
+    "epsilon": 1.0,
+    "key_count": 3,
+    "value_range": [0.0, 1.0],
+    "aggregate": {"windows": ["10s", "1m", "all"]},
+}
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def records(n: int, start_offset: int, ts: int, seed: int) -> list[Rec]:
+    c = parse_collection(TABLE)
+    wire = WireFormat(c)
+    rng = np.random.default_rng(seed)
+    batch = c.mechanism.perturb_many(KVData.from_pairs(3, [{0: 0.5, 2: -0.5}] * n), rng)
+    return [
+        Rec(start_offset + i, ts + i, None, wire.encode_report(row(batch, wire.fields, i))) for i in range(n)
+    ]
+
+
+def test_redelivered_records_are_folded_once() -> None:
+    c = parse_collection(TABLE)
+    state, wire = AggregatorState(c), WireFormat(c)
+    recs = records(50, 0, 1_000_000, 1)
+    first = plan(state, wire, 0, recs[:30])
+    assert first is not None
+    first.apply(state)
+    again = plan(state, wire, 0, recs[:30])
+    assert again is None  # everything below next_offset
+    rest = plan(state, wire, 0, recs[10:])  # overlapping redelivery
+    assert rest is not None and rest.n_reports == 20
+    rest.apply(state)
+    assert state.reports_total == 50 and state.partition(0).next_offset == 50
+
+
+def test_windows_are_sums_of_buckets_and_compaction_keeps_all() -> None:
+    c = parse_collection(TABLE)
+    state, wire = AggregatorState(c), WireFormat(c)
+    assert state.bucket_ms == 1000
+    now = 10_000_000
+    for ts, n in ((now - 5_000, 7), (now - 30_000, 11), (now - 600_000, 13)):
+        work = plan(state, wire, 0, records(n, state.partition(0).next_offset, ts, n))
+        assert work is not None
+        work.apply(state)
+    windows = state.window_stats(now)
+    assert windows["10s"].n_reports == 7
+    assert windows["1m"].n_reports == 18
+    assert windows["all"].n_reports == 31
+    before = state.all_stats()
+    state.compact(now)
+    assert len(state.partition(0).buckets) < 31
+    assert state.all_stats() == before
+    assert state.window_stats(now)["1m"].n_reports == 18
+
+
+def test_checkpoint_round_trip_and_mismatch(tmp_path: Path) -> None:
+    c = parse_collection(TABLE)
+    state, wire = AggregatorState(c), WireFormat(c)
+    work = plan(state, wire, 3, [*records(20, 0, 5000000, 2), Rec(20, 5000100, b"k", b"\xc1")])
+    assert work is not None and len(work.rejected) == 1
+    work.apply(state)
+    store = CheckpointStore(tmp_path, c)
+    store.save(state.to_bytes())
+    loaded = store.load()
+    assert loaded is not None
+    assert loaded.all_stats() == state.all_stats()
+    assert loaded.partition(3).next_offset == 21 and loaded.rejected_totals() == {"undecodable": 1}
+    other = parse_collection({**TABLE, "epsilon": 2.0})
+    with pytest.raises(CheckpointMismatch, match="collection file changed"):
+        CheckpointStore(tmp_path, other).load()
+    assert CheckpointStore(tmp_path / "empty", c).load() is None
+    assert [p.name for p in tmp_path.iterdir()] == ["st.checkpoint"]  # no temporary files left
