@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -46,6 +47,30 @@ def device_key(device_id: str | bytes | int) -> bytes:
     return str(device_id).encode()
 
 
+def users_from_pairs(collection: Collection, devices: Iterable[Mapping[str, float]]) -> KVData:
+    """Raw pairs (key name -> raw value) of many devices as normalised user data: names
+    become key indices and values pass through the collection's ``value_range``."""
+    index = collection.key_index()
+    indptr = [0]
+    keys: list[int] = []
+    raw: list[float] = []
+    for pairs in devices:
+        for name, value in pairs.items():
+            try:
+                keys.append(index[name])
+            except KeyError:
+                raise InvalidCollection(
+                    f"key {name!r} is not a key of collection {collection.name}"
+                ) from None
+            raw.append(float(value))
+        indptr.append(len(keys))
+    key_arr = np.asarray(keys, dtype=np.int64)
+    values = collection.normalise(np.asarray(raw, dtype=np.float64))
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    order = np.lexsort((key_arr, rows))  # KVData wants keys sorted within each user
+    return KVData(collection.d, np.asarray(indptr, dtype=np.int64), key_arr[order], values[order])
+
+
 class Collector:
     """Publishes locally perturbed reports of one collection."""
 
@@ -54,14 +79,16 @@ class Collector:
         collection: Collection | str | Path,
         bootstrap_servers: str,
         rng: np.random.Generator | None = None,
+        device_id: str | None = None,
         client_id: str = "kvldp-producer",
         producer: AIOKafkaProducer | None = None,
     ) -> None:
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
         self.wire = WireFormat(self.collection)
         self.rng = rng if rng is not None else secure_rng()
+        #: the id this SDK instance reports under (the Kafka key), random unless given
+        self.device_id = device_id or uuid.uuid4().hex
         self.bootstrap_servers = bootstrap_servers
-        self._index = self.collection.key_index()
         self._producer = producer or AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
             client_id=client_id,
@@ -95,28 +122,8 @@ class Collector:
     ) -> None:
         await self.stop()
 
-    # ------------------------------------------------------------------ device data
     def users_from_pairs(self, devices: Iterable[Mapping[str, float]]) -> KVData:
-        """Raw pairs (key name -> raw value) of many devices as normalised user data."""
-        indptr = [0]
-        keys: list[int] = []
-        raw: list[float] = []
-        for pairs in devices:
-            for name, value in pairs.items():
-                try:
-                    keys.append(self._index[name])
-                except KeyError:
-                    raise InvalidCollection(
-                        f"key {name!r} is not a key of collection {self.collection.name}"
-                    ) from None
-                raw.append(float(value))
-            indptr.append(len(keys))
-        key_arr = np.asarray(keys, dtype=np.int64)
-        values = self.collection.normalise(np.asarray(raw, dtype=np.float64))
-        # KVData wants keys sorted within each user
-        rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-        order = np.lexsort((key_arr, rows))
-        return KVData(self.collection.d, np.asarray(indptr, dtype=np.int64), key_arr[order], values[order])
+        return users_from_pairs(self.collection, devices)
 
     # ------------------------------------------------------------------ publishing
     async def _send(self, value: bytes, key: bytes, timestamp_ms: int) -> None:
@@ -134,20 +141,23 @@ class Collector:
         if pending:
             await asyncio.gather(*pending)
 
-    async def report(self, pairs: Mapping[str, float], device_id: str | bytes | int) -> None:
-        """Perturb one device's pairs (raw units) and publish one report."""
-        await self.publish_users(self.users_from_pairs([pairs]), [device_id])
+    async def report(self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None) -> None:
+        """Perturb one device's pairs (key name -> raw value) and publish one report, keyed
+        by ``device_id`` (default: this collector's id)."""
+        await self.publish_users(self.users_from_pairs([pairs]), [device_id or self.device_id])
 
     async def report_many(
         self,
         devices: Sequence[Mapping[str, float]],
-        device_ids: Sequence[str | bytes | int],
+        device_ids: Sequence[str | bytes | int] | None = None,
         batch_size: int = 1,
     ) -> None:
-        """Perturb many devices' pairs and publish them, ``batch_size`` reports per message."""
-        if len(devices) != len(device_ids):
+        """Perturb many devices' pairs and publish them, ``batch_size`` reports per message
+        (a gateway). Without ``device_ids`` every report is keyed by this collector's id."""
+        ids = list(device_ids) if device_ids is not None else [self.device_id] * len(devices)
+        if len(devices) != len(ids):
             raise ValueError("one device id per device is required")
-        await self.publish_users(self.users_from_pairs(devices), device_ids, batch_size=batch_size)
+        await self.publish_users(self.users_from_pairs(devices), ids, batch_size=batch_size)
 
     async def publish_users(
         self,
