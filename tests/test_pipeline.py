@@ -414,3 +414,26 @@ async def test_demo_runs_to_completion_and_serves_metrics(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "4000/4000 reports folded" in done.stdout
     assert "hamburger" in done.stdout and "metrics: http://127.0.0.1:" in done.stdout
+
+
+async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -> None:
+    """A device's ``report({name: raw value})`` and a gateway's ``report_many``: names map to
+    keys, values pass through value_range, bad input is refused before anything is sent."""
+    collection = unique_collection("kvue", 3)
+    agg = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
+    stop, task = await start_aggregator(agg)
+    try:
+        async with Collector(collection, broker.bootstrap_servers, device_id="phone-1") as sdk:
+            await sdk.report({"k0": 2.5, "k2": 10.0})
+            await sdk.report_many([{"k1": 0.0}, {}, {"k0": 7.0}], ["a", "b", "c"])
+            await sdk.report_many([{"k1": 1.0}] * 40, batch_size=16)
+            with pytest.raises(ValueError, match="outside value_range"):
+                await sdk.report({"k0": 10.5})
+            with pytest.raises(ValueError, match="not a key"):
+                await sdk.report({"nope": 1.0})
+            assert sdk.sent_reports == 44 and sdk.sent_messages == 1 + 3 + 3
+        await wait_for(lambda: agg.state.reports_total == 44, 30, "the SDK's reports")
+    finally:
+        stop.set()
+        await task
+    assert sum(agg.state.rejected_totals().values()) == 0
