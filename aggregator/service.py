@@ -66,6 +66,7 @@ class Aggregator:
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         self._save_lock = asyncio.Lock()
+        self._reset_warned: set[int] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
@@ -156,6 +157,24 @@ class Aggregator:
                 work.apply(self.state)
                 self._dirty = True
 
+    def _check_resets(self) -> None:
+        """A partition whose end lies below our next offset was reset or recreated (an
+        in-memory broker restarted, a topic deleted): its new records would never reach
+        our offset. Say so, once per partition, instead of waiting silently."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            next_offset = self.state.partition(tp.partition).next_offset
+            if highwater is not None and highwater < next_offset and tp.partition not in self._reset_warned:
+                self._reset_warned.add(tp.partition)
+                self.log(
+                    f"partition {tp.partition} of {tp.topic} ends at offset {highwater}, below the checkpoint's "
+                    f"next offset {next_offset}: the topic was reset or recreated; its records are not folded "
+                    "until the old state is moved away"
+                )
+
     async def _dead_letter(self, tp: TopicPartition, rejected: list[Rejected]) -> None:
         """Write rejected records to the DLQ and wait for every acknowledgement."""
         assert self._dlq is not None
@@ -199,6 +218,7 @@ class Aggregator:
                         await consumer.commit(mine)
 
     async def _refit_once(self) -> None:
+        self._check_resets()
         now_ms = int(time.time() * 1000)
         self.state.compact(now_ms)
         windows = self.state.window_stats(now_ms)

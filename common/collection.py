@@ -38,6 +38,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +135,7 @@ class Collection:
     def consumer_group(self) -> str:
         return f"kvldp.{self.name}.aggregator"
 
-    @property
+    @cached_property
     def digest(self) -> int:
         """uint32 over everything that shapes a report: mechanism config, keys, value range."""
         canonical = json.dumps(

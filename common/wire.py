@@ -80,6 +80,11 @@ def column_dtype(f: Field) -> np.dtype[Any]:
     return np.dtype("<u8")
 
 
+def _integer_bounds(f: Field) -> tuple[int, int]:
+    """Values a field's storage type can hold (the schema check then applies the domain)."""
+    return (0, 2**64) if f.dtype == np.dtype(np.uint64) else (-(2**63), 2**63)
+
+
 @dataclass(frozen=True)
 class Decoded:
     """The reports of a list of messages: the valid ones as one columnar batch, with
@@ -107,6 +112,8 @@ class WireFormat:
             "mech": self.mechanism.name,
             "cfg": collection.digest,
         }
+        #: per field: (bitset bytes or 0, lower, upper bound of the storage type)
+        self._checks = [(f.nbytes if f.kind == "bits" else 0, *_integer_bounds(f)) for f in self.fields]
         self._single_keys = frozenset((*ENVELOPE, *self.names))
         self._batch_keys = frozenset((*ENVELOPE, *BATCH_KEYS))
         self._unpack_limits = {
@@ -191,7 +198,7 @@ class WireFormat:
             return value
         if isinstance(value, bool) or not isinstance(value, int):
             raise WireError("bad_payload", f"{f.name}: expected an integer, got {type(value).__name__}")
-        lo, hi = (0, 2**64) if f.dtype == np.dtype(np.uint64) else (-(2**63), 2**63)
+        lo, hi = _integer_bounds(f)
         if not lo <= value < hi:
             raise WireError("out_of_range", f"{f.name}: {value} does not fit the field's 64-bit type")
         return value
@@ -214,39 +221,83 @@ class WireFormat:
             out[f.name] = raw.reshape(n, width) if f.kind == "bits" else raw.astype(f.dtype)
         return out
 
+    def _fields_of(self, obj: dict[str, Any]) -> list[Any] | None:
+        """Payload values of a well-formed single report, or None to take the slow path."""
+        try:
+            values = [obj[name] for name in self.names]
+        except KeyError:
+            return None
+        optional = ("ts" in obj) + ("rid" in obj)
+        if len(obj) != len(self._single_keys) + optional:
+            return None
+        for (nbytes, lo, hi), value in zip(self._checks, values, strict=True):
+            if nbytes:
+                if type(value) is not bytes or len(value) != nbytes:
+                    return None
+            elif type(value) is not int or not lo <= value < hi:
+                return None
+        if optional and any(type(obj.get(k, 0)) is not int or obj.get(k, 0) < 0 for k in OPTIONAL):
+            return None
+        return values
+
+    def _single_or_batch(self, obj: Any) -> list[Any] | dict[str, NDArray[Any]]:
+        """The slow, diagnosing path: a single report's values or a batch's columns, or a
+        :class:`WireError` naming what is wrong."""
+        self._envelope(obj)
+        keys = set(obj) - set(OPTIONAL)
+        if keys == self._batch_keys:
+            return self._columns(obj)
+        if keys == self._single_keys:
+            return [self._scalar(f, obj[f.name]) for f in self.fields]
+        missing = sorted(self._single_keys - keys)
+        extra = sorted(keys - self._single_keys - self._batch_keys)
+        raise WireError("bad_payload", f"fields missing {missing} / unexpected {extra}")
+
     def decode(self, messages: Sequence[bytes | None]) -> Decoded:
-        """Decode and validate messages; never raises on bad input."""
-        singles: dict[str, list[Any]] = {name: [] for name in self.names}
+        """Decode and validate messages; never raises on bad input.
+
+        Well-formed single reports take a fast path (a few dictionary lookups after
+        msgpack); anything unusual goes through the checks that name the reason.
+        """
+        singles: list[list[Any]] = []
         single_msg: list[int] = []
         batches: list[dict[str, NDArray[Any]]] = []
         batch_msg: list[NDArray[np.int64]] = []
         rejected: list[tuple[int, str, str]] = []
+        env = self.envelope
+        ver, col, mech, cfg = env["ver"], env["col"], env["mech"], env["cfg"]
+        unpack, limits = msgpack.unpackb, self._unpack_limits
         for i, data in enumerate(messages):
             try:
-                if data is None or len(data) > self.cap:
-                    raise WireError(
-                        "oversize" if data is not None else "undecodable",
-                        "empty message" if data is None else f"{len(data)} bytes exceed {self.cap}",
-                    )
+                if data is None:
+                    raise WireError("undecodable", "empty message (no value)")
+                if len(data) > self.cap:
+                    raise WireError("oversize", f"{len(data)} bytes exceed max_message_bytes={self.cap}")
                 try:
-                    obj = msgpack.unpackb(data, raw=False, strict_map_key=True, **self._unpack_limits)
+                    obj = unpack(data, raw=False, strict_map_key=True, **limits)
                 except Exception as exc:  # msgpack raises many unrelated types on garbage
                     raise WireError("undecodable", f"{type(exc).__name__}: {exc}"[:200]) from None
-                self._envelope(obj)
-                keys = set(obj) - set(OPTIONAL)
-                if keys == self._batch_keys:
-                    cols = self._columns(obj)
-                    batches.append(cols)
-                    batch_msg.append(np.full(int(obj["n"]), i, dtype=np.int64))
-                elif keys == self._single_keys:
-                    values = [self._scalar(f, obj[f.name]) for f in self.fields]
-                    for name, value in zip(self.names, values, strict=True):
-                        singles[name].append(value)
-                    single_msg.append(i)
+                if (
+                    type(obj) is dict
+                    and obj.get("ver") == ver
+                    and obj.get("col") == col
+                    and obj.get("mech") == mech
+                    and type(obj.get("cfg")) is int
+                    and obj["cfg"] == cfg
+                    and "n" not in obj
+                ):
+                    values = self._fields_of(obj)
+                    if values is not None:
+                        singles.append(values)
+                        single_msg.append(i)
+                        continue
+                parsed = self._single_or_batch(obj)
+                if isinstance(parsed, dict):
+                    batches.append(parsed)
+                    batch_msg.append(np.full(next(iter(parsed.values())).shape[0], i, dtype=np.int64))
                 else:
-                    missing = sorted(self._single_keys - keys)
-                    extra = sorted(keys - self._single_keys - self._batch_keys)
-                    raise WireError("bad_payload", f"fields missing {missing} / unexpected {extra}")
+                    singles.append(parsed)
+                    single_msg.append(i)
             except WireError as exc:
                 rejected.append((i, exc.reason, exc.detail))
         columns = self._assemble(singles, batches)
@@ -264,12 +315,12 @@ class WireFormat:
         rejected.sort()
         return Decoded(reports=columns, message=message, rejected=rejected)
 
-    def _assemble(self, singles: dict[str, list[Any]], batches: list[dict[str, NDArray[Any]]]) -> ReportBatch:
+    def _assemble(self, singles: list[list[Any]], batches: list[dict[str, NDArray[Any]]]) -> ReportBatch:
         out: ReportBatch = {}
-        for f in self.fields:
+        for j, f in enumerate(self.fields):
             if f.kind == "bits":
-                head = np.frombuffer(b"".join(singles[f.name]), dtype=np.uint8).reshape(-1, f.nbytes)
+                head = np.frombuffer(b"".join(v[j] for v in singles), dtype=np.uint8).reshape(-1, f.nbytes)
             else:
-                head = np.array(singles[f.name], dtype=f.dtype) if singles[f.name] else np.zeros(0, f.dtype)
+                head = np.fromiter((v[j] for v in singles), dtype=f.dtype, count=len(singles))
             out[f.name] = np.concatenate([head, *(b[f.name] for b in batches)]) if batches else head
         return out

@@ -437,3 +437,29 @@ async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -
         stop.set()
         await task
     assert sum(agg.state.rejected_totals().values()) == 0
+
+
+async def test_a_reset_topic_is_reported_not_silently_ignored(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """A checkpoint says partition 0 continues at offset 500, but the (recreated) topic holds 5
+    records: the aggregator must say so rather than sit there silently."""
+    from aggregator.state import AggregatorState
+
+    collection = unique_collection("kvue", 3, partitions=1)
+    ahead = AggregatorState(collection)
+    ahead.partition(0).next_offset = 500
+    CheckpointStore(tmp_path, collection).save(ahead.to_bytes())
+    lines: list[str] = []
+    agg = Aggregator(
+        collection, broker.bootstrap_servers, metrics_port=0, state_dir=tmp_path, log=lines.append
+    )
+    stop, task = await start_aggregator(agg)
+    try:
+        async with Collector(collection, broker.bootstrap_servers) as sdk:
+            await sdk.report_many([{"k0": 1.0}] * 5)
+        await wait_for(
+            lambda: any("was reset or recreated" in line for line in lines), 30, "the reset warning"
+        )
+    finally:
+        stop.set()
+        await task
+    assert agg.state.reports_total == 0
