@@ -7,6 +7,9 @@ Metric names and labels are a contract (issue 3):
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
+* ``kvldp_conditional_frequency{collection,key,condition,estimator,window}`` and
+  ``kvldp_conditional_mean{...}`` with ``_stderr`` companions: f(key | condition) and
+  m(key | condition), ``condition`` like ``hamburger=1,fries=0``;
 * ``kvldp_refit_duration_seconds{collection}`` (histogram),
   ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``.
 
@@ -31,10 +34,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from aggregator.refit import Snapshot
+from aggregator.refit import Snapshot, condition_label
 from common.collection import Collection
 
 LABELS = ["collection", "key", "estimator", "window"]
+CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
 
 
 class SnapshotCollector(PromCollector):
@@ -78,6 +82,18 @@ class SnapshotCollector(PromCollector):
                 ("mean_stderr", "Standard error of kvldp_mean."),
             )
         }
+        conditional = {
+            key: GaugeMetricFamily(f"kvldp_conditional_{key}", doc, labels=CONDITIONAL_LABELS)
+            for key, doc in (
+                ("frequency", "Estimated fraction of the devices meeting the condition that hold the key."),
+                ("frequency_stderr", "Standard error of kvldp_conditional_frequency."),
+                (
+                    "mean",
+                    "Estimated mean of the key among the devices meeting the condition (collection units).",
+                ),
+                ("mean_stderr", "Standard error of kvldp_conditional_mean."),
+            )
+        }
         iterations = GaugeMetricFamily(
             "kvldp_em_iterations", "EM iterations of the last refit.", labels=["collection", "window"]
         )
@@ -94,10 +110,24 @@ class SnapshotCollector(PromCollector):
                     for k, v in zip(c.keys, values, strict=True):
                         if np.isfinite(v):
                             families[key].add_metric([name, k, est, window], float(v))
+            for est, answers in fit.conditionals.items():
+                for a in answers:
+                    labels = [name, c.keys[a.query.target], condition_label(a.query, c.keys), est, window]
+                    mean = c.raw_mean(np.array([a.mean]))[0]
+                    mean_se = c.raw_scale(np.array([a.mean_stderr]))[0]
+                    for key, value in (
+                        ("frequency", a.frequency),
+                        ("frequency_stderr", a.frequency_stderr),
+                        ("mean", mean),
+                        ("mean_stderr", mean_se),
+                    ):
+                        if np.isfinite(value):
+                            conditional[key].add_metric(labels, float(value))
             its = snap.em_iterations(window)
             if its is not None:
                 iterations.add_metric([name, window], float(its))
         yield from families.values()
+        yield from conditional.values()
         yield iterations
         last = GaugeMetricFamily(
             "kvldp_last_refit_timestamp_seconds", "Unix time of the last refit.", labels=["collection"]

@@ -10,23 +10,32 @@ mechanisms ignore a warm start where their model is not identifiable).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from common.collection import Collection
+from common.conditional import ConditionalEstimate, ConditionalQuery
 from common.estimate import Estimate
+from common.mechanisms.ioh import JointStateMechanism
 from common.stats import Stats
 
 
 @dataclass(frozen=True)
 class WindowFit:
-    """Every configured estimator's estimate for one window."""
+    """Every configured estimator's estimate for one window, and the conditional queries'
+    answers per estimator (joint-state mechanisms with ``aggregate.conditions``)."""
 
     window: str
     n_reports: int
     estimates: dict[str, Estimate]
+    conditionals: dict[str, list[ConditionalEstimate]] = field(default_factory=dict)
+
+
+def condition_label(query: ConditionalQuery, keys: tuple[str, ...]) -> str:
+    """The ``condition`` metric label: ``hamburger=1,fries=0`` in key order ('' if none)."""
+    return ",".join(f"{keys[k]}={v}" for k, v in query.condition.pairs())
 
 
 @dataclass(frozen=True)
@@ -53,7 +62,11 @@ class Snapshot:
 
         windows: dict[str, Any] = {}
         for name, fit in self.fits.items():
+            conditional = {
+                est: [_conditional_json(c, a) for a in answers] for est, answers in fit.conditionals.items()
+            }
             windows[name] = {
+                "conditional": conditional,
                 "reports": fit.n_reports,
                 "estimators": {
                     est: {
@@ -74,10 +87,28 @@ class Snapshot:
         }
 
 
-def refit(collection: Collection, windows: dict[str, Stats], previous: Snapshot | None) -> Snapshot:
-    """Estimate every window with every configured estimator."""
+def _conditional_json(collection: Collection, answer: ConditionalEstimate) -> dict[str, Any]:
+    out = answer.to_dict(list(collection.keys))
+    out["condition"] = condition_label(answer.query, collection.keys)
+    out["key"] = collection.keys[answer.query.target]
+    for key in ("mean", "mean_stderr"):
+        if out[key] is not None:
+            scale = collection.raw_mean if key == "mean" else collection.raw_scale
+            out[key] = float(scale(np.array([out[key]]))[0])
+    return out
+
+
+def refit(
+    collection: Collection,
+    windows: dict[str, Stats],
+    previous: Snapshot | None,
+    queries: list[ConditionalQuery] | None = None,
+) -> Snapshot:
+    """Estimate every window with every configured estimator (and answer ``queries``,
+    by default the collection's conditions)."""
     started = time.perf_counter()
     mech = collection.mechanism
+    queries = collection.conditional_queries() if queries is None else queries
     fits: dict[str, WindowFit] = {}
     for name, stats in windows.items():
         estimates: dict[str, Estimate] = {}
@@ -88,5 +119,8 @@ def refit(collection: Collection, windows: dict[str, Stats], previous: Snapshot 
                 if prior is not None and prior.latent is not None:
                     options["warm_start"] = prior
             estimates[est] = mech.estimate(stats, est, **options)
-        fits[name] = WindowFit(name, stats.n_reports, estimates)
+        conditionals: dict[str, list[ConditionalEstimate]] = {}
+        if queries and isinstance(mech, JointStateMechanism):
+            conditionals = {est: mech.conditional_many(stats, queries, est) for est in estimates}
+        fits[name] = WindowFit(name, stats.n_reports, estimates, conditionals)
     return Snapshot(collection, time.time(), time.perf_counter() - started, fits)

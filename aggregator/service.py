@@ -59,6 +59,7 @@ class Aggregator:
         self.checkpoint_interval = checkpoint_interval
         self.log = log
         self.wire = WireFormat(collection)
+        self.queries = collection.conditional_queries()
         self.state = AggregatorState(collection)
         self.exporter = Exporter(collection, lambda: self.state.reports_total, self.state.rejected_totals)
         self.bound_port: int | None = None
@@ -222,7 +223,9 @@ class Aggregator:
         now_ms = int(time.time() * 1000)
         self.state.compact(now_ms)
         windows = self.state.window_stats(now_ms)
-        snapshot = await asyncio.to_thread(refit, self.collection, windows, self.exporter.snapshot)
+        snapshot = await asyncio.to_thread(
+            refit, self.collection, windows, self.exporter.snapshot, self.queries
+        )
         self.exporter.publish(snapshot)
 
 

@@ -44,9 +44,11 @@ from typing import Any
 
 import numpy as np
 
+from common.conditional import ConditionalQuery, InvalidQuery, parse_query
 from common.errors import KvldpError
 from common.mechanisms import create, get
 from common.mechanisms.base import Mechanism
+from common.mechanisms.ioh import JointStateMechanism
 from common.params import InvalidParameter
 from common.primitives import FloatArray
 
@@ -150,6 +152,49 @@ class Collection:
         )
         return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
 
+    def conditional_queries(self) -> list[ConditionalQuery]:
+        """The conditional queries to export: the parsed ``aggregate.conditions``, where
+        ``"all_pairs"`` stands for f(k | j=1) and f(k | j=0) for every ordered pair."""
+        conditions = self.aggregate.conditions
+        if not conditions:
+            return []
+        if not isinstance(self.mechanism, JointStateMechanism):
+            raise InvalidCollection(
+                f"aggregate.conditions: {self.mechanism_name} does not collect joint key states "
+                "(use ioh, ioh_oue or ioh_hrr)"
+            )
+        order = getattr(self.mechanism, "order", self.d)
+        queries: list[ConditionalQuery] = []
+        for text in conditions:
+            if text == "all_pairs":
+                if self.d > MAX_ALL_PAIRS_KEYS:
+                    raise InvalidCollection(
+                        f"aggregate.conditions: all_pairs over {self.d} keys would export "
+                        f"{2 * self.d * (self.d - 1)} queries; it is limited to d <= {MAX_ALL_PAIRS_KEYS}"
+                    )
+                if order < 2:
+                    raise InvalidCollection("aggregate.conditions: all_pairs needs order >= 2")
+                queries += [
+                    ConditionalQuery.build(self.d, k, {j: present})
+                    for k in range(self.d)
+                    for j in range(self.d)
+                    if j != k
+                    for present in (1, 0)
+                ]
+                continue
+            try:
+                query = parse_query(text, list(self.keys))
+            except InvalidQuery as exc:
+                raise InvalidCollection(f"aggregate.conditions: {text!r}: {exc}") from None
+            touched = 1 + len(query.condition.pairs())
+            if touched > order:
+                raise InvalidCollection(
+                    f"aggregate.conditions: {text!r} touches {touched} keys; {self.mechanism_name} with "
+                    f"order {order} answers queries over at most {order}"
+                )
+            queries.append(query)
+        return queries
+
     def key_index(self) -> dict[str, int]:
         return {k: i for i, k in enumerate(self.keys)}
 
@@ -178,6 +223,31 @@ class Collection:
         """A standard error of a normalised mean in the collection's units."""
         lo, hi = self.value_range
         return np.asarray(np.asarray(stderr) * (hi - lo) / 2.0, dtype=np.float64)
+
+
+#: envelope bytes of a single-report message besides the collection name (see common.wire)
+ENVELOPE_BYTES = 48
+#: largest d for which "all_pairs" expands (d (d - 1) * 2 exported queries)
+MAX_ALL_PAIRS_KEYS = 16
+
+
+def _check_report_size(mechanism: Mechanism, cap: int, name_length: int) -> None:
+    """A single report must fit the message cap; IOH's 3^d bits are the usual offender."""
+    size = (
+        ENVELOPE_BYTES
+        + name_length
+        + sum(f.nbytes + 5 if f.kind == "bits" else 11 for f in mechanism.fields())
+    )
+    if size > cap:
+        advice = (
+            "; use ioh_hrr (about 10 bits per report, queries over <= order keys)"
+            if mechanism.name.startswith("ioh")
+            else ""
+        )
+        raise InvalidCollection(
+            f"aggregate.max_message_bytes: one {mechanism.name} report over {mechanism.d} keys takes "
+            f"{size} bytes, above the cap of {cap}{advice}, or raise max_message_bytes"
+        )
 
 
 def _require(table: Mapping[str, Any], key: str, where: str = "") -> Any:
@@ -311,11 +381,8 @@ def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Co
         except InvalidParameter as exc:
             raise InvalidCollection(f"params: {exc}") from None
         aggregate = _parse_aggregate(table.get("aggregate"), mechanism)
-        if aggregate.conditions and not hasattr(mechanism, "conditional_many"):
-            raise InvalidCollection(
-                f"aggregate.conditions: {mech_name} does not collect joint key states (use ioh)"
-            )
-        return Collection(
+        _check_report_size(mechanism, aggregate.max_message_bytes, len(name))
+        collection = Collection(
             name=name,
             mechanism_name=mech_name,
             epsilon=epsilon,
@@ -326,6 +393,8 @@ def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Co
             aggregate=aggregate,
             mechanism=mechanism,
         )
+        collection.conditional_queries()  # validates every condition against keys and mechanism
+        return collection
     except InvalidCollection as exc:
         raise InvalidCollection(f"{source}: {exc}") from None
 

@@ -14,15 +14,33 @@ from typing import Any
 
 import numpy as np
 
+from common.conditional import ConditionalQuery
 from common.mechanisms import create, get, names
+from common.mechanisms.ioh import JointStateMechanism
 from common.schema import batch_len
 from kvldp.progress import Progress
 from producer.datasets import generate
 
+#: joint-state mechanisms are benchmarked at these key counts (their cost grows with d)
+JOINT_STATE_KEYS = (4, 8)
 
-def _domain(name: str, d: int) -> int:
+
+def _joint(name: str) -> bool:
+    return issubclass(get(name), JointStateMechanism)
+
+
+def _fold_domains(name: str, d: int) -> list[int]:
+    if _joint(name):
+        return list(JOINT_STATE_KEYS)
     limit = get(name).max_keys
-    return d if limit is None else min(d, limit)
+    return [d if limit is None else min(d, limit)]
+
+
+def two_way_queries(d: int) -> list[ConditionalQuery]:
+    """f(k | j=1) and f(k | j=0) for every ordered pair of keys."""
+    return [
+        ConditionalQuery.build(d, k, {j: v}) for k in range(d) for j in range(d) if j != k for v in (1, 0)
+    ]
 
 
 #: largest pre-generated batch (wide reports such as IOH's 3^d bits get fewer of them)
@@ -42,28 +60,28 @@ def bench_fold(
     rng = np.random.default_rng(seed)
     with Progress(len(chosen), "bench fold") as bar:
         for name in chosen:
-            keys = _domain(name, d)
-            mech = create(name, keys, epsilon)
-            count = min(reports, max(1, MAX_BATCH_BYTES // _report_bytes(name, keys, epsilon)))
-            users = generate("uniform", count, keys, seed).users
-            batch = mech.perturb_many(users, rng)
-            n = batch_len(batch)
-            times = []
-            for _ in range(repeats):
-                stats = mech.new_stats()
-                start = time.perf_counter()
-                stats.fold(batch)
-                times.append(time.perf_counter() - start)
-            best = min(times)
-            rows.append(
-                {
-                    "mechanism": name,
-                    "keys": keys,
-                    "reports": n,
-                    "seconds": best,
-                    "reports_per_second": n / best,
-                }
-            )
+            for keys in _fold_domains(name, d):
+                mech = create(name, keys, epsilon)
+                count = min(reports, max(1, MAX_BATCH_BYTES // _report_bytes(name, keys, epsilon)))
+                users = generate("uniform", count, keys, seed).users
+                batch = mech.perturb_many(users, rng)
+                n = batch_len(batch)
+                times = []
+                for _ in range(repeats):
+                    stats = mech.new_stats()
+                    start = time.perf_counter()
+                    stats.fold(batch)
+                    times.append(time.perf_counter() - start)
+                best = min(times)
+                rows.append(
+                    {
+                        "mechanism": name,
+                        "keys": keys,
+                        "reports": n,
+                        "seconds": best,
+                        "reports_per_second": n / best,
+                    }
+                )
             bar.advance()
     return rows
 
@@ -114,6 +132,34 @@ def bench_estimate(
                         row["em_iterations"] = result.diagnostics["em_iterations"]
                     rows.append(row)
                 bar.advance()
+            if _joint(name):
+                rows += _bench_two_way(name, users, epsilon, seed, repeats, rng)
+    return rows
+
+
+def _bench_two_way(
+    name: str, users: int, epsilon: float, seed: int, repeats: int, rng: np.random.Generator
+) -> list[dict[str, Any]]:
+    """Time to answer every two-way conditional query (d (d-1) * 2 of them) from one snapshot."""
+    rows = []
+    for d in JOINT_STATE_KEYS:
+        mech = create(name, d, epsilon)
+        assert isinstance(mech, JointStateMechanism)
+        stats = mech.collect(generate("conditional", users, d, seed).users, rng)
+        queries = two_way_queries(d)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            mech.conditional_many(stats, queries)
+            times.append(time.perf_counter() - start)
+        rows.append(
+            {
+                "mechanism": name,
+                "keys": d,
+                "estimator": f"{len(queries)} two-way queries",
+                "seconds": statistics.median(times),
+            }
+        )
     return rows
 
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from common.audit import audit
+from common.conditional import parse_query
 from common.errors import KvldpError
 from common.mechanisms import create, get, names
 from common.params import parse_assignments
@@ -102,7 +103,9 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         data = datasets.generate(args.dataset, args.users, args.keys, args.seed)
     except ValueError as exc:
         raise KvldpError(str(exc)) from None
-    result = evaluate(mech, args.estimator, data, args.repeats, args.seed, show_progress=not args.json)
+    names = [f"k{i}" for i in range(mech.d)]
+    queries = [parse_query(text, names) for text in args.query or []]
+    result = evaluate(mech, args.estimator, data, args.repeats, args.seed, not args.json, queries)
     text = "\n".join(f"{k}: {v}" for k, v in result.items())
     _emit(result, args.json, text)
     return 0
@@ -191,6 +194,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--users", type=_positive_int, default=100_000)
     p.add_argument("--repeats", type=_positive_int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--query",
+        action="append",
+        metavar="TEXT",
+        help='conditional query over keys k0..k{d-1}, e.g. "k2 | k1=1" (repeatable; ioh, ioh_oue, ioh_hrr)',
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate)
 

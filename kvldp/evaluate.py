@@ -10,12 +10,16 @@ means are both defined — undefined estimates are excluded and counted, never z
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from common.conditional import ConditionalQuery, conditional_truth
+from common.errors import KvldpError
 from common.mechanisms.base import Mechanism
+from common.mechanisms.ioh import JointStateMechanism
 from common.primitives import FloatArray
 from kvldp.progress import Progress
 from producer.datasets import Dataset
@@ -60,23 +64,48 @@ def evaluate(
     repeats: int,
     seed: int,
     show_progress: bool = True,
+    queries: Sequence[ConditionalQuery] = (),
 ) -> dict[str, Any]:
-    """Run ``repeats`` collections of ``dataset`` through ``mechanism`` and score ``estimator``."""
+    """Run ``repeats`` collections of ``dataset`` through ``mechanism`` and score ``estimator``
+    (and, for joint-state mechanisms, the conditional ``queries``)."""
     if repeats < 1:
         raise ValueError("--repeats must be at least 1")
+    if queries and not isinstance(mechanism, JointStateMechanism):
+        raise KvldpError(f"{mechanism.name} answers no conditional queries (use ioh, ioh_oue or ioh_hrr)")
     true_f, true_m = dataset.users.truth()
+    truths = [conditional_truth(dataset.users, q) for q in queries]
+    cond_f = np.array([t[0] for t in truths])
+    cond_m = np.array([t[1] for t in truths])
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
     scores: list[RepeatScore] = []
+    cond_scores: list[RepeatScore] = []
     started = time.perf_counter()
     with Progress(repeats, f"{mechanism.name}/{estimator}") as bar:
         bar.enabled = bar.enabled and show_progress
         for _ in range(repeats):
-            est = mechanism.estimate(mechanism.collect(dataset.users, rng), estimator)
+            stats = mechanism.collect(dataset.users, rng)
+            est = mechanism.estimate(stats, estimator)
             scores.append(score(est.frequency, est.mean, true_f, true_m))
+            if queries:
+                assert isinstance(mechanism, JointStateMechanism)
+                answers = mechanism.conditional_many(stats, list(queries), estimator)
+                freq = np.array([a.frequency for a in answers])
+                mean = np.array([a.mean for a in answers])
+                cond_scores.append(score(freq, mean, cond_f, cond_m))
             bar.advance()
     seconds = time.perf_counter() - started
     values = mechanism.collects_values
     mse_f = [s.mse_frequency for s in scores]
+    conditional: dict[str, Any] = {}
+    if queries:
+        conditional = {
+            "queries": [q.format([f"k{i}" for i in range(mechanism.d)]) for q in queries],
+            "mse_conditional_frequency": _nanmean([s.mse_frequency for s in cond_scores]),
+            "mse_conditional_mean": _nanmean([s.mse_mean for s in cond_scores]),
+            "mae_conditional_frequency": _nanmean([s.mae_frequency for s in cond_scores]),
+            "mae_conditional_mean": _nanmean([s.mae_mean for s in cond_scores]),
+            "undefined_conditional_means": float(np.mean([s.undefined_means for s in cond_scores])),
+        }
     return {
         "mechanism": mechanism.name,
         "notion": mechanism.notion,
@@ -94,6 +123,7 @@ def evaluate(
         "mse_mean": _nanmean([s.mse_mean for s in scores]) if values else None,
         "mae_mean": _nanmean([s.mae_mean for s in scores]) if values else None,
         "undefined_means": float(np.mean([s.undefined_means for s in scores])) if values else None,
+        **conditional,
         "seconds": seconds,
         "seconds_per_repeat": seconds / repeats,
     }

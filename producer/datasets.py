@@ -10,12 +10,21 @@ lie in [-1, 1]. The same generators drive ``kvldp evaluate`` and the simulated d
 * ``uniform``, ``gaussian_pckv`` — PCKV's UU and GG (D4, §13.4): one pair per user.
 * ``zipf`` — D1's Zipf data (§13.5): one item per user from numpy's Zipf(a = 1.12)
   truncated to the d keys; values are per-key constants as in UU.
+* ``conditional`` — correlated keys for conditional analysis (§13.1 leaves the
+  generator open): a user-level factor z ~ N(0, 1) drives both presence (key k is held
+  when 0.5 z + sqrt(0.75) e_k falls below the 50% quantile, so every pair of keys is
+  positively correlated) and values (v = clip(-0.5 + 0.3 z + 0.2 e', -1, 1)), so
+  conditional frequencies and means really differ from the unconditional ones. Each
+  key is held by half the users, so conditioning on presence or absence keeps about
+  half the population (D0's f = 0.8 would leave a fifth on the absent side).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from statistics import NormalDist
 
 import numpy as np
 
@@ -107,6 +116,15 @@ def zipf_items(n: int, d: int, rng: np.random.Generator) -> KVData:
     return KVData.from_single_key(d, keys, mu[keys])
 
 
+def correlated_keys(n: int, d: int, rng: np.random.Generator, rho: float = 0.5) -> KVData:
+    """The ``conditional`` dataset (see the module docstring)."""
+    z = rng.standard_normal(n)
+    latent = rho * z[:, None] + math.sqrt(1 - rho * rho) * rng.standard_normal((n, d))
+    present = latent < NormalDist().inv_cdf(0.5)
+    values = np.clip(-0.5 + 0.3 * z[:, None] + 0.2 * rng.standard_normal((n, d)), -1.0, 1.0)
+    return KVData.from_dense(present, values)
+
+
 GENERATORS: dict[str, Callable[[int, int, np.random.Generator], KVData]] = {
     "gaussian": lambda n, d, rng: _independent_keys(n, *horigome_profile("gaussian", d), rng),
     "linear": lambda n, d, rng: _independent_keys(n, *horigome_profile("linear", d), rng),
@@ -114,6 +132,7 @@ GENERATORS: dict[str, Callable[[int, int, np.random.Generator], KVData]] = {
     "uniform": uniform_pairs,
     "gaussian_pckv": gaussian_pairs,
     "zipf": zipf_items,
+    "conditional": correlated_keys,
 }
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from common.collection import Collection
+from common.conditional import conditional_truth
 from common.kvdata import KVData
 from producer.datasets import generate
 
@@ -26,13 +27,29 @@ def device_ids(count: int, prefix: str = "device") -> list[str]:
 
 
 def truth(collection: Collection, users: KVData) -> dict[str, Any]:
-    """``{"users": N, "frequency": {key: f}, "mean": {key: m}}``, means in collection units."""
+    """``{"users": N, "frequency": {key: f}, "mean": {key: m}}``, means in collection units,
+    plus ``"conditional": {query: {"frequency": f, "mean": m}}`` for the collection's
+    conditions."""
     freq, mean = users.truth()
     raw = collection.raw_mean(mean)
-    return {
+
+    def finite(value: float) -> float | None:
+        return float(value) if np.isfinite(value) else None
+
+    out: dict[str, Any] = {
         "users": users.n_users,
         "frequency": {k: float(f) for k, f in zip(collection.keys, freq, strict=True)},
-        "mean": {
-            k: (float(m) if np.isfinite(m) else None) for k, m in zip(collection.keys, raw, strict=True)
-        },
+        "mean": {k: finite(m) for k, m in zip(collection.keys, raw, strict=True)},
     }
+    queries = collection.conditional_queries()
+    if queries:
+        names = list(collection.keys)
+        conditional = {}
+        for q in queries:
+            f, m = conditional_truth(users, q)
+            conditional[q.format(names)] = {
+                "frequency": finite(f),
+                "mean": finite(float(collection.raw_mean(np.array([m]))[0])),
+            }
+        out["conditional"] = conditional
+    return out

@@ -463,3 +463,61 @@ async def test_a_reset_topic_is_reported_not_silently_ignored(broker: EmbeddedBr
         stop.set()
         await task
     assert agg.state.reports_total == 0
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "conditions"),
+    [("ioh_hrr", ["all_pairs"]), ("ioh", ["k2 | k0=1, k1=0", "k3 | k0=0"])],
+)
+async def test_conditional_metrics_stream_end_to_end(
+    broker: EmbeddedBroker, mechanism: str, conditions: list[str]
+) -> None:
+    """Joint-state collections through Kafka: kvldp_conditional_* exported for every
+    condition, each within 5 standard errors of the simulated population's truth."""
+    collection = unique_collection(mechanism, 4, conditions=conditions, estimators=["unbiased"])
+    users = simulate.simulate(collection, "conditional", 60_000, seed=21)
+    truth = simulate.truth(collection, users)["conditional"]
+    agg = Aggregator(
+        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
+    )
+    stop, task = await start_aggregator(agg)
+    try:
+        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(21)) as sdk:
+            await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=200)
+        await wait_for(
+            lambda: (
+                agg.exporter.snapshot is not None and agg.exporter.snapshot.fits["all"].n_reports == 60_000
+            ),
+            60,
+            "a refit of every report",
+        )
+        assert agg.bound_port is not None
+        samples = await asyncio.to_thread(scrape, agg.bound_port)
+    finally:
+        stop.set()
+        await task
+    queries = collection.conditional_queries()
+    assert len(truth) == len(queries) == (24 if mechanism == "ioh_hrr" else 2)
+    names = list(collection.keys)
+    for q in queries:
+        condition = ",".join(f"{names[k]}={v}" for k, v in q.condition.pairs())
+        lab = tuple(
+            sorted(
+                {
+                    "collection": collection.name,
+                    "key": names[q.target],
+                    "condition": condition,
+                    "estimator": "unbiased",
+                    "window": "all",
+                }.items()
+            )
+        )
+        expected = truth[q.format(names)]
+        f, fs = (
+            samples[("kvldp_conditional_frequency", lab)],
+            samples[("kvldp_conditional_frequency_stderr", lab)],
+        )
+        assert abs(f - expected["frequency"]) < 5 * fs, (q.format(names), f, expected, fs)
+        if ("kvldp_conditional_mean", lab) in samples and expected["mean"] is not None:
+            m, ms = samples[("kvldp_conditional_mean", lab)], samples[("kvldp_conditional_mean_stderr", lab)]
+            assert abs(m - expected["mean"]) < 5 * ms, (q.format(names), m, expected, ms)

@@ -1,6 +1,6 @@
 """All mechanisms, registered by name on import (see :mod:`common.mechanisms.registry`)."""
 
-from common.mechanisms import f2m, fhr, grr, hr, ioh, kvoh, kvue, olh, pckv, privkv, privkvm, ue
+from common.mechanisms import f2m, fhr, grr, hr, ioh, ioh_hrr, kvoh, kvue, olh, pckv, privkv, privkvm, ue
 from common.mechanisms.base import Mechanism
 from common.mechanisms.registry import create, get, names
 
@@ -13,6 +13,7 @@ __all__ = [
     "grr",
     "hr",
     "ioh",
+    "ioh_hrr",
     "kvoh",
     "kvue",
     "names",
