@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,broker
 
-.PHONY: demo test lint typecheck unit venv clean
+.PHONY: demo test lint typecheck unit venv clean prometheus
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvldp needs Python >= 3.11")'
@@ -31,7 +31,14 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q
 
-test: lint typecheck unit
+# the real-Prometheus test needs Debian's prometheus; install it only when it is missing
+prometheus:
+	@command -v prometheus >/dev/null 2>&1 || { \
+	  echo "installing Debian's prometheus package (used by tests/test_prometheus.py)"; \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq prometheus >/dev/null; }
+
+test: prometheus lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -3,7 +3,8 @@
 Metric names and labels are a contract (issue 3):
 
 * ``kvldp_reports_total{collection}`` — reports folded (from the live state);
-* ``kvldp_reports_rejected_total{collection,reason}``;
+* ``kvldp_reports_rejected_total{collection,reason}`` (every reason, from 0);
+* ``kvldp_consumer_lag_messages{collection,partition}``;
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
@@ -18,16 +19,23 @@ the refit task swaps by reference (no stale label sets, no torn reads). Undefine
 estimates (NaN) are not exported, so every series that exists is finite.
 
 The server answers ``GET /metrics`` (Prometheus text format) and ``GET /estimates``
-(the snapshot as JSON) and binds 127.0.0.1 unless told otherwise.
+(the snapshot as JSON). It binds 127.0.0.1 unless told otherwise, and can require TLS
+and HTTP basic auth (:class:`HttpSecurity`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import contextlib
+import hmac
 import json
+import ssl
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
@@ -36,6 +44,8 @@ from prometheus_client.registry import Collector as PromCollector
 
 from aggregator.refit import Snapshot, condition_label
 from common.collection import Collection
+from common.errors import KvldpError
+from common.wire import REASONS
 
 LABELS = ["collection", "key", "estimator", "window"]
 CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
@@ -49,10 +59,12 @@ class SnapshotCollector(PromCollector):
         collection: Collection,
         reports_total: Callable[[], int],
         rejected: Callable[[], Counter[str]],
+        lag: Callable[[], dict[int, int]] | None = None,
     ) -> None:
         self.collection = collection
         self.reports_total = reports_total
         self.rejected = rejected
+        self.lag = lag
         self.snapshot: Snapshot | None = None
 
     def collect(self) -> Iterator[Metric]:
@@ -67,9 +79,20 @@ class SnapshotCollector(PromCollector):
             "Messages sent to the dead-letter topic, by reason.",
             labels=["collection", "reason"],
         )
-        for reason, count in sorted(self.rejected().items()):
-            rejected.add_metric([name, reason], float(count))
+        counts = self.rejected()
+        # every reason from the start, at 0: rate() panels need a series before the first reject
+        for reason in sorted(set(REASONS) | set(counts)):
+            rejected.add_metric([name, reason], float(counts.get(reason, 0)))
         yield rejected
+        if self.lag is not None:
+            lag = GaugeMetricFamily(
+                "kvldp_consumer_lag_messages",
+                "Records in the reports topic not yet folded (high watermark - next offset).",
+                labels=["collection", "partition"],
+            )
+            for partition, behind in sorted(self.lag().items()):
+                lag.add_metric([name, str(partition)], float(behind))
+            yield lag
         snap = self.snapshot
         if snap is None:
             return
@@ -136,14 +159,60 @@ class SnapshotCollector(PromCollector):
         yield last
 
 
+@dataclass(frozen=True)
+class HttpSecurity:
+    """Optional TLS and HTTP basic auth for the metrics endpoint (both off by default)."""
+
+    certfile: str | None = None
+    keyfile: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.certfile is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.certfile, self.keyfile)
+        return context
+
+    def authorised(self, header: str | None) -> bool:
+        if self.username is None:
+            return True
+        if header is None or not header.startswith("Basic "):
+            return False
+        try:
+            given = base64.b64decode(header[6:].strip(), validate=True)
+        except (ValueError, binascii.Error):
+            return False
+        expected = f"{self.username}:{self.password}".encode()
+        return hmac.compare_digest(given, expected)
+
+
+def load_basic_auth(path: str) -> tuple[str, str]:
+    """``user:password`` on the first line of a file (keeps the password off the command line)."""
+    try:
+        line = Path(path).read_text(encoding="utf-8").splitlines()[0].strip()
+    except (OSError, IndexError):
+        raise KvldpError(f"basic-auth file {path!r} cannot be read or is empty") from None
+    user, sep, password = line.partition(":")
+    if not sep or not user or not password:
+        raise KvldpError(f"basic-auth file {path!r} must hold one line user:password")
+    return user, password
+
+
 class Exporter:
     """The registry, the refit-duration histogram and the HTTP server of one aggregator."""
 
     def __init__(
-        self, collection: Collection, reports_total: Callable[[], int], rejected: Callable[[], Counter[str]]
+        self,
+        collection: Collection,
+        reports_total: Callable[[], int],
+        rejected: Callable[[], Counter[str]],
+        lag: Callable[[], dict[int, int]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
-        self.collector = SnapshotCollector(collection, reports_total, rejected)
+        self.collector = SnapshotCollector(collection, reports_total, rejected, lag)
         self.registry.register(self.collector)
         self.refit_duration = Histogram(
             "kvldp_refit_duration_seconds",
@@ -153,6 +222,7 @@ class Exporter:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
         )
         self.collection = collection
+        self.security = HttpSecurity()
         self._server: asyncio.base_events.Server | None = None
 
     def publish(self, snapshot: Snapshot) -> None:
@@ -164,9 +234,10 @@ class Exporter:
     def snapshot(self) -> Snapshot | None:
         return self.collector.snapshot
 
-    async def serve(self, host: str, port: int) -> int:
-        """Start listening; returns the bound port (useful with port 0)."""
-        self._server = await asyncio.start_server(self._handle, host, port)
+    async def serve(self, host: str, port: int, security: HttpSecurity | None = None) -> int:
+        """Start listening (TLS and basic auth if ``security`` says so); returns the bound port."""
+        self.security = security or HttpSecurity()
+        self._server = await asyncio.start_server(self._handle, host, port, ssl=self.security.ssl_context())
         sock = self._server.sockets[0]
         return int(sock.getsockname()[1])
 
@@ -192,22 +263,29 @@ class Exporter:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             request = await asyncio.wait_for(reader.readline(), timeout=10)
-            while True:  # drain headers
+            headers: dict[str, str] = {}
+            while True:
                 line = await asyncio.wait_for(reader.readline(), timeout=10)
                 if line in (b"\r\n", b"\n", b""):
                     break
+                key, _, value = line.decode("latin-1").partition(":")
+                headers[key.strip().lower()] = value.strip()
             parts = request.decode("latin-1").split()
+            extra = ""
             if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
                 status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
+            elif not self.security.authorised(headers.get("authorization")):
+                status, ctype, body = "401 Unauthorized", "text/plain", b"authentication required\n"
+                extra = 'WWW-Authenticate: Basic realm="kvldp"\r\n'
             else:
                 status, ctype, body = self._body(parts[1].split("?", 1)[0])
             head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n"
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
                 "Connection: close\r\n\r\n"
             ).encode()
             writer.write(head + (body if parts and parts[0] == "GET" else b""))
             await writer.drain()
-        except (TimeoutError, ConnectionError, UnicodeDecodeError):
+        except (TimeoutError, ConnectionError, UnicodeDecodeError, ssl.SSLError):
             pass
         finally:
             writer.close()

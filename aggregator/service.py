@@ -20,7 +20,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from aggregator.exporter import Exporter
+from aggregator.exporter import Exporter, HttpSecurity
 from aggregator.ingest import Rejected, plan
 from aggregator.refit import refit
 from aggregator.state import AggregatorState, CheckpointStore
@@ -49,6 +49,7 @@ class Aggregator:
         refit_interval: float | None = None,
         checkpoint_interval: float = 1.0,
         log: Callable[[str], None] = _stderr,
+        security: HttpSecurity | None = None,
     ) -> None:
         self.collection = collection
         self.bootstrap_servers = bootstrap_servers
@@ -61,7 +62,10 @@ class Aggregator:
         self.wire = WireFormat(collection)
         self.queries = collection.conditional_queries()
         self.state = AggregatorState(collection)
-        self.exporter = Exporter(collection, lambda: self.state.reports_total, self.state.rejected_totals)
+        self.security = security
+        self.exporter = Exporter(
+            collection, lambda: self.state.reports_total, lambda: self.state.rejected_totals(), self.lag
+        )
         self.bound_port: int | None = None
         self._dirty = False
         self._consumer: AIOKafkaConsumer | None = None
@@ -76,13 +80,11 @@ class Aggregator:
             loaded = self.store.load()
             if loaded is not None:
                 self.state = loaded
-                self.exporter.collector.reports_total = lambda: self.state.reports_total
-                self.exporter.collector.rejected = self.state.rejected_totals
                 self.log(f"resumed from {self.store.path}: {self.state.reports_total} reports folded")
         else:
             self.log("no --state-dir: state is kept in memory only and is lost when the aggregator stops")
         await ensure_topics(self.bootstrap_servers, self.collection)
-        self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port)
+        self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
         self._dlq = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers, client_id="kvldp-dlq", linger_ms=5
         )
@@ -192,6 +194,18 @@ class Aggregator:
                 await self._dlq.send(self.collection.dlq_topic, value=r.value, key=r.key, headers=headers)
             )
         await asyncio.gather(*futures)
+
+    def lag(self) -> dict[int, int]:
+        """Records not yet folded per assigned partition (from the fetch high watermark)."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        out = {}
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            if highwater is not None:
+                out[tp.partition] = max(0, highwater - self.state.partition(tp.partition).next_offset)
+        return out
 
     # ------------------------------------------------------------------ checkpoints and refits
     async def checkpoint(self) -> None:

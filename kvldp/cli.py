@@ -258,8 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("aggregate", help="consume a collection, export its estimates to Prometheus")
     p.add_argument("--collection", required=True, help="collection file (TOML)")
     _bootstrap_arg(p)
-    p.add_argument("--metrics-host", default="127.0.0.1")
+    p.add_argument("--metrics-host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
     p.add_argument("--metrics-port", type=int, default=9108, help="0 = any free port")
+    p.add_argument("--metrics-tls-cert", metavar="PEM", help="serve /metrics over TLS with this certificate")
+    p.add_argument("--metrics-tls-key", metavar="PEM", help="private key of --metrics-tls-cert")
+    p.add_argument(
+        "--metrics-basic-auth-file", metavar="FILE", help="require HTTP basic auth; FILE holds user:password"
+    )
     p.add_argument("--state-dir", help="checkpoint directory (default: in memory only)")
     p.add_argument(
         "--refit-interval", type=_positive_float, help="seconds between refits (default: the collection's)"

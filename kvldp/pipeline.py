@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import numpy as np
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from aggregator.exporter import HttpSecurity, load_basic_auth
 from aggregator.offline import estimates_json, fold_recording
 from aggregator.service import Aggregator
 from common.collection import Collection, load_collection
@@ -184,18 +185,40 @@ def aggregate(args: argparse.Namespace) -> int:
     if args.metrics_port and port_in_use(args.metrics_port, args.metrics_host):
         raise KvldpError(f"metrics port {args.metrics_port} on {args.metrics_host} is already in use")
 
+    security = metrics_security(args)
+    scheme = "https" if security.certfile else "http"
+
     async def serve(stop: asyncio.Event) -> None:
         agg = Aggregator(
-            collection, bootstrap, args.metrics_host, args.metrics_port, args.state_dir, args.refit_interval
+            collection,
+            bootstrap,
+            args.metrics_host,
+            args.metrics_port,
+            args.state_dir,
+            args.refit_interval,
+            security=security,
         )
 
         def ready(a: Aggregator) -> None:
-            print(f"metrics=http://{args.metrics_host}:{a.bound_port}/metrics", flush=True)
+            print(f"metrics={scheme}://{args.metrics_host}:{a.bound_port}/metrics", flush=True)
 
         await agg.run(stop, ready)
 
     run_async(serve, bootstrap)
     return 0
+
+
+def metrics_security(args: argparse.Namespace) -> HttpSecurity:
+    """TLS (certificate and key files) and basic auth (a user:password file) for /metrics."""
+    if bool(args.metrics_tls_cert) != bool(args.metrics_tls_key):
+        raise KvldpError("--metrics-tls-cert and --metrics-tls-key go together")
+    for path in (args.metrics_tls_cert, args.metrics_tls_key):
+        if path and not Path(path).is_file():
+            raise KvldpError(f"TLS file {path!r} does not exist")
+    user = password = None
+    if args.metrics_basic_auth_file:
+        user, password = load_basic_auth(args.metrics_basic_auth_file)
+    return HttpSecurity(args.metrics_tls_cert, args.metrics_tls_key, user, password)
 
 
 # ---------------------------------------------------------------------- record / replay

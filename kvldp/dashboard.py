@@ -1,0 +1,251 @@
+"""The Grafana dashboard, as code: ``python -m kvldp.dashboard`` writes
+``deploy/grafana/dashboards/kvldp.json`` (the test suite checks the committed file is
+what this module builds, and runs every PromQL expression in it against a real
+Prometheus scraping real aggregators).
+
+Template variables: ``collection`` (multi-value, regex), ``window`` and ``estimator``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+DATASOURCE = {"type": "prometheus", "uid": "kvldp-prometheus"}
+OUTPUT = Path(__file__).resolve().parent.parent / "deploy" / "grafana" / "dashboards" / "kvldp.json"
+SEL = 'collection=~"$collection"'
+EST = f'{SEL}, window="$window", estimator="$estimator"'
+
+
+def _target(expr: str, legend: str, ref: str, instant: bool = False, table: bool = False) -> dict[str, Any]:
+    target: dict[str, Any] = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
+    if instant:
+        target["instant"] = True
+        target["range"] = False
+    if table:
+        target["format"] = "table"
+    return target
+
+
+def _panel(
+    pid: int,
+    title: str,
+    kind: str,
+    grid: tuple[int, int, int, int],
+    targets: list[dict[str, Any]],
+    description: str,
+    unit: str = "short",
+    options: dict[str, Any] | None = None,
+    transformations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    panel: dict[str, Any] = {
+        "id": pid,
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "targets": targets,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": options or {},
+    }
+    if transformations:
+        panel["transformations"] = transformations
+    return panel
+
+
+def _variable(name: str, query: str, multi: bool) -> dict[str, Any]:
+    variable: dict[str, Any] = {
+        "name": name,
+        "label": name,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"var-{name}"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "multi": multi,
+        "includeAll": multi,
+    }
+    if multi:
+        variable["allValue"] = ".*"
+    return variable
+
+
+def build() -> dict[str, Any]:
+    merge = [{"id": "merge", "options": {}}]
+    panels = [
+        _panel(
+            1,
+            "Reports folded per second",
+            "timeseries",
+            (0, 0, 8, 7),
+            [_target(f"sum by (collection) (rate(kvldp_reports_total{{{SEL}}}[1m]))", "{{collection}}", "A")],
+            "Reports folded into the statistics (kvldp_reports_total).",
+            "reqps",
+        ),
+        _panel(
+            2,
+            "Rejected per second, by reason",
+            "timeseries",
+            (8, 0, 8, 7),
+            [
+                _target(
+                    f"sum by (collection, reason) (rate(kvldp_reports_rejected_total{{{SEL}}}[5m]))",
+                    "{{collection}} {{reason}}",
+                    "A",
+                )
+            ],
+            "Messages sent to the dead-letter topic (kvldp_reports_rejected_total).",
+            "reqps",
+        ),
+        _panel(
+            3,
+            "Consumer lag",
+            "timeseries",
+            (16, 0, 8, 7),
+            [_target(f"sum by (collection) (kvldp_consumer_lag_messages{{{SEL}}})", "{{collection}}", "A")],
+            "Records in the reports topic not yet folded.",
+        ),
+        _panel(
+            4,
+            "Refit duration",
+            "timeseries",
+            (0, 7, 8, 7),
+            [
+                _target(
+                    "histogram_quantile(0.9, sum by (collection, le) "
+                    f"(rate(kvldp_refit_duration_seconds_bucket{{{SEL}}}[5m])))",
+                    "p90 {{collection}}",
+                    "A",
+                ),
+                _target(
+                    f"sum by (collection) (rate(kvldp_refit_duration_seconds_sum{{{SEL}}}[5m])) / "
+                    f"sum by (collection) (rate(kvldp_refit_duration_seconds_count{{{SEL}}}[5m]))",
+                    "mean {{collection}}",
+                    "B",
+                ),
+            ],
+            "Seconds per refit of all windows and estimators.",
+            "s",
+        ),
+        _panel(
+            5,
+            "Seconds since the last refit",
+            "stat",
+            (8, 7, 8, 7),
+            [_target(f"time() - kvldp_last_refit_timestamp_seconds{{{SEL}}}", "{{collection}}", "A")],
+            "Age of the estimates on display.",
+            "s",
+            {"reduceOptions": {"calcs": ["lastNotNull"]}},
+        ),
+        _panel(
+            6,
+            "EM iterations",
+            "timeseries",
+            (16, 7, 8, 7),
+            [_target(f'kvldp_em_iterations{{{SEL}, window="$window"}}', "{{collection}}", "A")],
+            "Iterations of the last EM refit (warm-started).",
+        ),
+        _panel(
+            7,
+            "Top keys by estimated frequency",
+            "bargauge",
+            (0, 14, 12, 10),
+            [_target(f"topk(20, kvldp_frequency{{{EST}}})", "{{key}}", "A", instant=True)],
+            "Fraction of devices holding each key (kvldp_frequency).",
+            "percentunit",
+            {
+                "orientation": "horizontal",
+                "displayMode": "gradient",
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+            },
+        ),
+        _panel(
+            8,
+            "Frequency ± standard error",
+            "table",
+            (12, 14, 12, 10),
+            [
+                _target(f"kvldp_frequency{{{EST}}}", "", "A", instant=True, table=True),
+                _target(f"kvldp_frequency_stderr{{{EST}}}", "", "B", instant=True, table=True),
+            ],
+            "Value #A is the estimate, Value #B its standard error.",
+            "percentunit",
+            transformations=merge,
+        ),
+        _panel(
+            9,
+            "Mean per key with ±2 standard errors",
+            "timeseries",
+            (0, 24, 24, 9),
+            [
+                _target(f"kvldp_mean{{{EST}}}", "{{key}}", "A"),
+                _target(f"kvldp_mean{{{EST}}} + 2 * kvldp_mean_stderr{{{EST}}}", "{{key}} +2se", "B"),
+                _target(f"kvldp_mean{{{EST}}} - 2 * kvldp_mean_stderr{{{EST}}}", "{{key}} -2se", "C"),
+            ],
+            "Mean value among the key's holders, in the collection's units, with its ±2 standard-error band.",
+        ),
+        _panel(
+            10,
+            "Conditional frequency f(key | condition)",
+            "table",
+            (0, 33, 12, 10),
+            [
+                _target(f"kvldp_conditional_frequency{{{EST}}}", "", "A", instant=True, table=True),
+                _target(f"kvldp_conditional_frequency_stderr{{{EST}}}", "", "B", instant=True, table=True),
+            ],
+            "Rows: target key and condition (joint-state collections); A estimate, B standard error.",
+            "percentunit",
+            transformations=merge,
+        ),
+        _panel(
+            11,
+            "Conditional mean m(key | condition)",
+            "table",
+            (12, 33, 12, 10),
+            [
+                _target(f"kvldp_conditional_mean{{{EST}}}", "", "A", instant=True, table=True),
+                _target(f"kvldp_conditional_mean_stderr{{{EST}}}", "", "B", instant=True, table=True),
+            ],
+            "Mean of the key among devices meeting the condition; A estimate, B standard error.",
+            transformations=merge,
+        ),
+    ]
+    return {
+        "uid": "kvldp",
+        "title": "kvldp — key-value telemetry under local differential privacy",
+        "tags": ["kvldp", "ldp"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "editable": True,
+        "templating": {
+            "list": [
+                _variable("collection", "label_values(kvldp_reports_total, collection)", multi=True),
+                _variable("window", f"label_values(kvldp_frequency{{{SEL}}}, window)", multi=False),
+                _variable("estimator", f"label_values(kvldp_frequency{{{SEL}}}, estimator)", multi=False),
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> int:
+    OUTPUT.parent.mkdir(parents=True, exist_ok=True)
+    OUTPUT.write_text(render(), encoding="utf-8")
+    print(f"wrote {OUTPUT}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,153 @@
+"""deploy/ is code, checked without a Docker engine: the compose file references existing
+files, pins every image, publishes no port twice and wires services that exist; the
+image is slim, multi-stage and unprivileged; provisioning and dashboard agree."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from common.collection import load_collection
+from kvldp import dashboard
+
+DEPLOY = Path("deploy")
+COMPOSE: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
+PINNED = re.compile(r"^[\w./-]+:v?\d+(\.\d+)+[\w.-]*$")
+
+
+def command_args(service: dict[str, Any]) -> list[str]:
+    command = service.get("command", [])
+    return [command] if isinstance(command, str) else list(command)
+
+
+def option(service: dict[str, Any], name: str) -> str | None:
+    for arg in command_args(service):
+        if arg.startswith(f"--{name}="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def test_every_image_is_pinned_to_a_version() -> None:
+    for name, service in SERVICES.items():
+        image = service.get("image")
+        assert image, f"{name} has no image"
+        assert PINNED.match(image), f"{name}: image {image!r} is not pinned to a version"
+        assert not image.endswith(":latest")
+    assert SERVICES["kafka"]["image"].startswith("apache/kafka:4.")
+
+
+def test_local_image_is_built_from_this_repository() -> None:
+    built = {s["image"]: s["build"] for s in SERVICES.values() if "build" in s}
+    assert "kvldp:0.1.0" in built
+    for build in built.values():
+        context = (DEPLOY / build["context"]).resolve()
+        assert (context / "pyproject.toml").is_file()
+        assert (context / build["dockerfile"]).is_file()
+    for name, service in SERVICES.items():
+        if service["image"] == "kvldp:0.1.0":
+            assert command_args(service)[0] in {"aggregate", "produce"}, name
+
+
+def test_published_ports_do_not_clash() -> None:
+    host_ports = []
+    for service in SERVICES.values():
+        for mapping in service.get("ports", []):
+            host, _, container = str(mapping).partition(":")
+            assert host.isdigit() and container.isdigit()
+            host_ports.append(int(host))
+    assert len(host_ports) == len(set(host_ports)), host_ports
+
+
+def test_volumes_exist_and_state_is_named() -> None:
+    named = set(COMPOSE["volumes"])
+    for name, service in SERVICES.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name} mounts missing {source}"
+            else:
+                assert source in named, f"{name} uses undeclared volume {source}"
+    mounts = {name: [v.split(":")[0] for v in s.get("volumes", [])] for name, s in SERVICES.items()}
+    assert "kafka-data" in mounts["kafka"] and "prometheus-data" in mounts["prometheus"]
+    assert "aggregator-state" in mounts["aggregator"]
+
+
+def test_dependencies_and_health_checks() -> None:
+    for name, service in SERVICES.items():
+        for dep, rule in service.get("depends_on", {}).items():
+            assert dep in SERVICES, f"{name} depends on unknown {dep}"
+            if rule["condition"] == "service_healthy":
+                assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep}'s health, which has no check"
+    for name in ("kafka", "aggregator", "aggregator-checkout", "prometheus", "grafana"):
+        assert "healthcheck" in SERVICES[name], name
+
+
+def test_collections_topics_and_scrape_targets_agree() -> None:
+    aggregators = {n: s for n, s in SERVICES.items() if command_args(s)[:1] == ["aggregate"]}
+    assert len(aggregators) >= 2
+    init = " ".join(command_args(SERVICES["topics"]))
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    targets = {
+        t for job in prometheus["scrape_configs"] for cfg in job["static_configs"] for t in cfg["targets"]
+    }
+    for name, service in aggregators.items():
+        path = option(service, "collection")
+        assert path is not None and path.startswith("/collections/")
+        collection = load_collection(DEPLOY / "collections" / path.removeprefix("/collections/"))
+        assert (
+            f"--topic {collection.reports_topic} " in init
+            and f"--topic {collection.dlq_topic} " in init + " "
+        )
+        assert option(service, "bootstrap-servers") == "kafka:9092"
+        assert option(service, "metrics-host") == "0.0.0.0"
+        assert f"{name}:{option(service, 'metrics-port')}" in targets
+    for service in SERVICES.values():
+        if command_args(service)[:1] == ["produce"]:
+            path = option(service, "collection")
+            assert path is not None
+            load_collection(DEPLOY / "collections" / path.removeprefix("/collections/"))
+
+
+def test_grafana_provisioning_matches_the_dashboard() -> None:
+    datasources = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())
+    (ds,) = datasources["datasources"]
+    assert ds["uid"] == dashboard.DATASOURCE["uid"] and ds["url"] == "http://prometheus:9090"
+    providers = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/kvldp.yml").read_text())
+    path = providers["providers"][0]["options"]["path"]
+    mounts = dict(v.rsplit(":", 2)[:2] for v in SERVICES["grafana"]["volumes"])
+    assert mounts["./grafana/dashboards"] == path
+
+
+def test_committed_dashboard_is_the_generated_one() -> None:
+    assert (DEPLOY / "grafana/dashboards/kvldp.json").read_text() == dashboard.render(), (
+        "run: python -m kvldp.dashboard"
+    )
+    board = json.loads(dashboard.render())
+    names = {v["name"] for v in board["templating"]["list"]}
+    assert names == {"collection", "window", "estimator"}
+    titles = " / ".join(p["title"] for p in board["panels"]).lower()
+    for needed in ("rejected", "refit", "top keys", "mean per key", "conditional", "em iterations", "lag"):
+        assert needed in titles, needed
+
+
+def test_dockerfile_is_slim_multistage_and_unprivileged() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    stages = re.split(r"^FROM ", text, flags=re.MULTILINE)[1:]
+    assert len(stages) >= 2
+    for stage in stages:
+        assert PINNED.match(stage.split()[0]) and "-slim" in stage.split()[0]
+    final = stages[-1]
+    assert re.search(r"^USER (?!root)\w+", final, flags=re.MULTILINE)
+    for tool in ("gcc", "build-essential", "apt-get install"):
+        assert tool not in final
+
+
+@pytest.mark.parametrize("path", sorted(DEPLOY.rglob("*.yml")))
+def test_yaml_files_parse(path: Path) -> None:
+    assert yaml.safe_load(path.read_text()) is not None

@@ -1,0 +1,243 @@
+"""A real Prometheus (Debian's package, installed by `make test`) scrapes real aggregators;
+every PromQL expression of the provisioned dashboard returns finite data, and the
+frequencies Prometheus stores are the aggregator's own. One aggregator serves /metrics
+over TLS with basic auth, scraped with the matching Prometheus configuration."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import math
+import re
+import shutil
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import trustme
+
+from aggregator.exporter import HttpSecurity
+from aggregator.service import Aggregator
+from kvldp import dashboard
+from kvldp.broker import EmbeddedBroker, free_port
+from producer import simulate
+from producer.collector import Collector
+from tests.pipeline_support import unique_collection, wait_for
+
+pytestmark = pytest.mark.asyncio
+
+
+@pytest.fixture(scope="module")
+def prometheus_binary() -> str:
+    path = shutil.which("prometheus")
+    assert path, (
+        "prometheus is not installed: `make test` installs Debian's package (apt-get install -y prometheus)"
+    )
+    return path
+
+
+@pytest.fixture
+def tls(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
+    """A throw-away CA and a certificate for 127.0.0.1 (ca.pem, cert.pem, key.pem)."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    paths = tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem"
+    ca.cert_pem.write_to_path(str(paths[0]))
+    cert.cert_chain_pems[0].write_to_path(str(paths[1]))
+    cert.private_key_pem.write_to_path(str(paths[2]))
+    yield paths
+
+
+def get(
+    url: str, context: ssl.SSLContext | None = None, auth: tuple[str, str] | None = None
+) -> tuple[int, bytes]:
+    request = urllib.request.Request(url)
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def promql(port: int, expr: str) -> list[dict[str, Any]]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    status, body = get(url)
+    payload = json.loads(body)
+    assert status == 200 and payload["status"] == "success", (expr, payload)
+    result: list[dict[str, Any]] = payload["data"]["result"]
+    return result
+
+
+def finite(series: list[dict[str, Any]]) -> bool:
+    return bool(series) and all(math.isfinite(float(s["value"][1])) for s in series)
+
+
+def dashboard_expressions(collections: str) -> list[str]:
+    """Every PromQL expression of the dashboard, with the template variables filled in."""
+    substitutions = {"$collection": collections, "$window": "all", "$estimator": "unbiased"}
+    out = []
+    for panel in dashboard.build()["panels"]:
+        for target in panel["targets"]:
+            expr = target["expr"]
+            for key, value in substitutions.items():
+                expr = expr.replace(key, value)
+            assert "$" not in expr, expr
+            out.append(expr)
+    return out
+
+
+def variable_selectors(collections: str) -> list[tuple[str, str]]:
+    """label_values(selector, label) of every template variable, filled in."""
+    out = []
+    for variable in dashboard.build()["templating"]["list"]:
+        match = re.fullmatch(r"label_values\((.*), (\w+)\)", variable["definition"])
+        assert match, variable["definition"]
+        out.append((match.group(1).replace("$collection", collections), match.group(2)))
+    return out
+
+
+async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
+    broker: EmbeddedBroker, prometheus_binary: str, tls: tuple[Path, Path, Path], tmp_path: Path
+) -> None:
+    ca_pem, cert_pem, key_pem = tls
+    plain = unique_collection("kvue", 5, estimators=["unbiased", "em", "normsub"], windows=["1m", "all"])
+    secured = unique_collection(
+        "ioh_hrr", 4, estimators=["unbiased"], windows=["1m", "all"], conditions=["all_pairs"]
+    )
+    password = "s3cret-" + secured.name
+    (tmp_path / "password").write_text(password)
+    security = HttpSecurity(str(cert_pem), str(key_pem), "prometheus", password)
+    aggs = [
+        Aggregator(plain, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None),
+        Aggregator(
+            secured,
+            broker.bootstrap_servers,
+            metrics_port=0,
+            refit_interval=0.5,
+            log=lambda _: None,
+            security=security,
+        ),
+    ]
+    stops = [asyncio.Event() for _ in aggs]
+    tasks = [asyncio.create_task(a.run(s)) for a, s in zip(aggs, stops, strict=True)]
+    prom: subprocess.Popen[bytes] | None = None
+    try:
+        await wait_for(lambda: all(a.bound_port for a in aggs), 30, "aggregators listening")
+        for collection, dataset in ((plain, "gaussian"), (secured, "conditional")):
+            users = simulate.simulate(collection, dataset, 20_000, seed=5)
+            async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
+                await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=100)
+        await wait_for(lambda: all(a.state.reports_total == 20_000 for a in aggs), 60, "every report folded")
+
+        # TLS and basic auth on the secured aggregator's /metrics
+        context = ssl.create_default_context(cafile=str(ca_pem))
+        secured_url = f"https://127.0.0.1:{aggs[1].bound_port}/metrics"
+        assert (await asyncio.to_thread(get, secured_url, context))[0] == 401
+        assert (await asyncio.to_thread(get, secured_url, context, ("prometheus", "wrong")))[0] == 401
+        status, body = await asyncio.to_thread(get, secured_url, context, ("prometheus", password))
+        assert status == 200 and b"kvldp_conditional_frequency" in body
+        with pytest.raises(OSError):  # plain HTTP to the TLS port: refused or reset
+            await asyncio.to_thread(get, f"http://127.0.0.1:{aggs[1].bound_port}/metrics")
+
+        port = free_port()
+        config = tmp_path / "prometheus.yml"
+        config.write_text(
+            json.dumps(
+                {  # JSON is YAML
+                    "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                    "scrape_configs": [
+                        {
+                            "job_name": "kvldp-plain",
+                            "static_configs": [{"targets": [f"127.0.0.1:{aggs[0].bound_port}"]}],
+                        },
+                        {
+                            "job_name": "kvldp-secured",
+                            "scheme": "https",
+                            "tls_config": {"ca_file": str(ca_pem), "server_name": "127.0.0.1"},
+                            "basic_auth": {
+                                "username": "prometheus",
+                                "password_file": str(tmp_path / "password"),
+                            },
+                            "static_configs": [{"targets": [f"127.0.0.1:{aggs[1].bound_port}"]}],
+                        },
+                    ],
+                }
+            )
+        )
+        prom = subprocess.Popen(
+            [
+                prometheus_binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--log.level=warn",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def ready() -> bool:
+            try:
+                return get(f"http://127.0.0.1:{port}/-/ready")[0] == 200
+            except OSError:
+                return False
+
+        await wait_for(lambda: prom is not None and prom.poll() is None and ready(), 60, "Prometheus ready")
+
+        async def both_up() -> bool:
+            series = await asyncio.to_thread(promql, port, "up")
+            return len(series) == 2 and all(s["value"][1] == "1" for s in series)
+
+        deadline = time.monotonic() + 60
+        while not await both_up():
+            assert time.monotonic() < deadline, "both targets up"
+            await asyncio.sleep(0.5)
+        await asyncio.sleep(6)  # several scrapes: rate() and histogram_quantile() need two samples
+
+        collections = f"{plain.name}|{secured.name}"
+        for expr in dashboard_expressions(collections):
+            series = await asyncio.to_thread(promql, port, expr)
+            assert finite(series), f"no finite series for {expr}: {series}"
+        for selector, label in variable_selectors(collections):
+            series = await asyncio.to_thread(promql, port, selector)
+            assert series and all(label in s["metric"] for s in series), selector
+
+        # what Prometheus stores is what the aggregator publishes as JSON
+        status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{aggs[0].bound_port}/estimates")
+        own = json.loads(body)["windows"]["all"]["estimators"]["unbiased"]
+
+        async def matches() -> bool:
+            expr = f'kvldp_frequency{{collection="{plain.name}", window="all", estimator="unbiased"}}'
+            stored = {
+                s["metric"]["key"]: float(s["value"][1]) for s in await asyncio.to_thread(promql, port, expr)
+            }
+            return stored == {k: v for k, v in own["frequency"].items() if v is not None}
+
+        deadline = time.monotonic() + 20
+        while not await matches():
+            assert time.monotonic() < deadline, "Prometheus' frequencies equal the aggregator's JSON"
+            await asyncio.sleep(0.5)
+        mean_expr = f'kvldp_mean{{collection="{plain.name}", window="all", estimator="unbiased"}}'
+        stored_mean = {
+            s["metric"]["key"]: float(s["value"][1]) for s in await asyncio.to_thread(promql, port, mean_expr)
+        }
+        assert stored_mean == {k: v for k, v in own["mean"].items() if v is not None}
+    finally:
+        if prom is not None:
+            prom.terminate()
+            prom.wait(timeout=20)
+        for stop in stops:
+            stop.set()
+        await asyncio.gather(*tasks)
