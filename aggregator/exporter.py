@@ -5,6 +5,9 @@ Metric names and labels are a contract (issue 3):
 * ``kvldp_reports_total{collection}`` — reports folded (from the live state);
 * ``kvldp_reports_rejected_total{collection,reason}`` (every reason, from 0);
 * ``kvldp_consumer_lag_messages{collection,partition}``;
+* ``kvldp_duplicates_total``, ``kvldp_topic_resets_total``, ``kvldp_privacy_budget_epsilon``
+  (with a budget), ``kvldp_checkpoint_duration_seconds`` (histogram) and
+  ``kvldp_last_checkpoint_timestamp_seconds``;
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
@@ -32,7 +35,7 @@ import contextlib
 import hmac
 import json
 import ssl
-from collections import Counter
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +46,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector as PromCollector
 
 from aggregator.refit import Snapshot, condition_label
+from aggregator.state import AggregatorState
 from common.collection import Collection
 from common.errors import KvldpError
 from common.wire import REASONS
@@ -52,47 +56,74 @@ CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
 
 
 class SnapshotCollector(PromCollector):
-    """Exports the latest snapshot and live counters of one collection."""
+    """Exports the latest snapshot, and the counters of the state it came from."""
 
     def __init__(
         self,
         collection: Collection,
-        reports_total: Callable[[], int],
-        rejected: Callable[[], Counter[str]],
+        state: Callable[[], AggregatorState],
         lag: Callable[[], dict[int, int]] | None = None,
     ) -> None:
         self.collection = collection
-        self.reports_total = reports_total
-        self.rejected = rejected
+        self.state = state
         self.lag = lag
         self.snapshot: Snapshot | None = None
+        self.last_checkpoint: float | None = None
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=["collection"])
+        family.add_metric([self.collection.name], value)
+        return family
 
     def collect(self) -> Iterator[Metric]:
         name = self.collection.name
-        folded = CounterMetricFamily(
-            "kvldp_reports", "Reports folded into the statistics.", labels=["collection"]
+        state = self.state()
+        yield self._counter(
+            "kvldp_reports", "Reports folded into the statistics.", float(state.reports_total)
         )
-        folded.add_metric([name], float(self.reports_total()))
-        yield folded
+        yield self._counter(
+            "kvldp_duplicates", "Reports dropped as duplicates of a report id.", float(state.duplicates_total)
+        )
+        yield self._counter(
+            "kvldp_topic_resets",
+            "Input partitions found reset (a new epoch began).",
+            float(state.resets_total),
+        )
         rejected = CounterMetricFamily(
             "kvldp_reports_rejected",
             "Messages sent to the dead-letter topic, by reason.",
             labels=["collection", "reason"],
         )
-        counts = self.rejected()
+        counts = state.rejected_totals()
         # every reason from the start, at 0: rate() panels need a series before the first reject
         for reason in sorted(set(REASONS) | set(counts)):
             rejected.add_metric([name, reason], float(counts.get(reason, 0)))
         yield rejected
-        if self.lag is not None:
-            lag = GaugeMetricFamily(
-                "kvldp_consumer_lag_messages",
-                "Records in the reports topic not yet folded (high watermark - next offset).",
-                labels=["collection", "partition"],
+        lag = GaugeMetricFamily(
+            "kvldp_consumer_lag_messages",
+            "Records in the reports topic not yet folded (high watermark - next offset).",
+            labels=["collection", "partition"],
+        )
+        for partition, behind in sorted((self.lag() if self.lag is not None else state.lag()).items()):
+            lag.add_metric([name, str(partition)], float(behind))
+        yield lag
+        limit = self.collection.aggregate.max_reports_per_device
+        if limit:
+            budget = GaugeMetricFamily(
+                "kvldp_privacy_budget_epsilon",
+                "Total epsilon one device can spend per budget window (epsilon x max_reports_per_device).",
+                labels=["collection"],
             )
-            for partition, behind in sorted(self.lag().items()):
-                lag.add_metric([name, str(partition)], float(behind))
-            yield lag
+            budget.add_metric([name], self.collection.epsilon * limit)
+            yield budget
+        if self.last_checkpoint is not None:
+            last = GaugeMetricFamily(
+                "kvldp_last_checkpoint_timestamp_seconds",
+                "Unix time of the last completed checkpoint.",
+                labels=["collection"],
+            )
+            last.add_metric([name], self.last_checkpoint)
+            yield last
         snap = self.snapshot
         if snap is None:
             return
@@ -207,12 +238,11 @@ class Exporter:
     def __init__(
         self,
         collection: Collection,
-        reports_total: Callable[[], int],
-        rejected: Callable[[], Counter[str]],
+        state: Callable[[], AggregatorState],
         lag: Callable[[], dict[int, int]] | None = None,
     ) -> None:
         self.registry = CollectorRegistry()
-        self.collector = SnapshotCollector(collection, reports_total, rejected, lag)
+        self.collector = SnapshotCollector(collection, state, lag)
         self.registry.register(self.collector)
         self.refit_duration = Histogram(
             "kvldp_refit_duration_seconds",
@@ -220,6 +250,13 @@ class Exporter:
             ["collection"],
             registry=self.registry,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.checkpoint_duration = Histogram(
+            "kvldp_checkpoint_duration_seconds",
+            "Seconds to write one checkpoint (file or state topic).",
+            ["collection"],
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
         self.collection = collection
         self.security = HttpSecurity()
@@ -229,6 +266,10 @@ class Exporter:
         """Swap in a new snapshot (atomic: one reference assignment)."""
         self.collector.snapshot = snapshot
         self.refit_duration.labels(self.collection.name).observe(snapshot.duration)
+
+    def checkpointed(self, seconds: float) -> None:
+        self.checkpoint_duration.labels(self.collection.name).observe(seconds)
+        self.collector.last_checkpoint = time.time()
 
     @property
     def snapshot(self) -> Snapshot | None:

@@ -1,21 +1,25 @@
-"""From fetched records to a fold: decode, validate, bucket — no I/O, no mutation.
+"""From fetched records to a fold: decode, validate, de-duplicate, budget, bucket.
 
 The consumer calls :func:`plan` for each partition's fetched records, writes the
 plan's rejected records to the dead-letter topic, and only once those writes are
-acknowledged applies the plan to the state (:meth:`Plan.apply`). A record is never
-folded twice: records below the partition's ``next_offset`` are dropped here.
-Everything per report is columnar numpy; the only Python loop is over messages.
+acknowledged applies the plan to the state (:meth:`Plan.apply`); :func:`plan` itself
+mutates nothing. A record is never folded twice: records below the partition's
+``next_offset`` are dropped here. Everything per report is columnar numpy; the only
+Python loops are over messages.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
+from aggregator.ledger import Ledger, deduplicate, device_hashes
 from aggregator.state import AggregatorState
 from common.primitives import IntArray
 from common.schema import ReportBatch
@@ -38,6 +42,15 @@ class Record(Protocol):
     def value(self) -> bytes | None: ...
 
 
+def record_digest(record: Record) -> bytes:
+    """Fingerprint of a record (key, value, timestamp): tells a reset topic from ours."""
+    h = hashlib.sha256()
+    for part in (record.key or b"", record.value or b"", str(record.timestamp).encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.digest()[:16]
+
+
 @dataclass(frozen=True)
 class Rejected:
     """A record that goes to the dead-letter topic, with its reason."""
@@ -58,27 +71,80 @@ class Plan:
     buckets: IntArray | None
     next_offset: int
     rejected: list[Rejected]
+    duplicates: int
+    recent: NDArray[np.uint64]
+    ledger: Ledger
+    last_digest: bytes
 
     @property
     def n_reports(self) -> int:
         return next(iter(self.reports.values())).shape[0] if self.reports else 0
 
     def apply(self, state: AggregatorState) -> None:
-        counts = Counter(r.reason for r in self.rejected)
-        state.fold(self.partition, self.reports, self.buckets, self.next_offset, counts)
+        state.fold_reports(self.partition, self.reports, self.buckets)
+        target = state.partition(self.partition)
+        target.next_offset = self.next_offset
+        target.rejected.update(Counter(r.reason for r in self.rejected))
+        target.duplicates += self.duplicates
+        target.recent = self.recent
+        target.ledger = self.ledger
+        target.last_digest = self.last_digest
 
 
-def plan(state: AggregatorState, wire: WireFormat, partition: int, records: Sequence[Record]) -> Plan | None:
+def plan(
+    state: AggregatorState,
+    wire: WireFormat,
+    partition: int,
+    records: Sequence[Record],
+    ledger_key: bytes = b"",
+) -> Plan | None:
     """Decode the records at or after the partition's next offset; None if there are none."""
-    start = state.partition(partition).next_offset
-    fresh = [r for r in records if r.offset >= start]
+    current = state.partition(partition)
+    fresh = [r for r in records if r.offset >= current.next_offset]
     if not fresh:
         return None
-    decoded = wire.decode([r.value for r in fresh])
+    config = state.collection.aggregate
     timestamps = np.fromiter((r.timestamp for r in fresh), dtype=np.int64, count=len(fresh))
-    buckets = state.buckets_of(timestamps[decoded.message])
+    decoded = wire.decode([r.value for r in fresh], timestamps.tolist())
     rejected = [
         Rejected(fresh[i].offset, fresh[i].key, fresh[i].value, reason, detail)
         for i, reason, detail in decoded.rejected
     ]
-    return Plan(partition, decoded.reports, buckets, fresh[-1].offset + 1, rejected)
+    keep, recent = deduplicate(decoded.rids, current.recent, config.dedup_horizon)
+    duplicates = int(np.sum(~keep))
+    ledger = current.ledger
+    if config.max_reports_per_device and decoded.message.size:
+        messages, counts = np.unique(decoded.message[keep], return_counts=True)
+        if messages.size:
+            ledger = ledger.copy()
+            admitted = ledger.charge(
+                timestamps[messages] // (config.budget_window_s * 1000),
+                device_hashes(ledger_key, [fresh[int(m)].key for m in messages]),
+                counts.astype(np.int64),
+                config.max_reports_per_device,
+            )
+            for m in messages[~admitted]:
+                r = fresh[int(m)]
+                rejected.append(
+                    Rejected(
+                        r.offset,
+                        r.key,
+                        r.value,
+                        "budget_exceeded",
+                        f"device over {config.max_reports_per_device} reports per budget window",
+                    )
+                )
+            keep &= ~np.isin(decoded.message, messages[~admitted])
+    reports = {k: v[keep] for k, v in decoded.reports.items()}
+    buckets = state.buckets_of(timestamps[decoded.message[keep]])
+    return Plan(
+        partition,
+        reports,
+        buckets,
+        fresh[-1].offset + 1,
+        rejected,
+        duplicates,
+        recent,
+        ledger,
+        record_digest(fresh[-1]),
+    )

@@ -1,17 +1,33 @@
 """The aggregator service: consume, validate, fold, dead-letter, checkpoint, refit, export.
 
-One asyncio process per collection (``--role all``). Its consume loop only decodes and
-folds (numpy); refits run in a worker thread on a timer so the consumer never misses
-its poll interval (aiokafka #848), and checkpoints are written on a timer and at every
-revocation and shutdown. Input errors never stop it: a malformed message is written,
+One asyncio process per collection and role:
+
+* ``all`` (default) — consumes every partition, checkpoints to ``--state-dir``, refits
+  and serves the estimates;
+* ``worker`` — joins the consumer group, folds the partitions Kafka assigns it and
+  publishes their snapshots to the state topic (see :mod:`aggregator.statetopic`);
+  refits and estimates are the exporter's job.
+
+The consume loop only decodes and folds (numpy); refits run in a worker thread on a
+timer so the consumer never misses its poll interval (aiokafka #848), and checkpoints
+are written on a timer and at every revocation and shutdown. A malformed message goes,
 with its original bytes and a reason, to the dead-letter topic, and the partition only
 moves past it once that write is acknowledged.
+
+Topic resets. Every checkpoint fingerprints the record just before the next offset. When a
+partition is assigned, that record is read again; if it differs, or the partition now
+ends below the next offset, the topic was reset (an in-memory broker restarted, a topic
+was recreated). The aggregator then keeps its statistics, starts a new epoch at offset 0
+of the partition, counts ``kvldp_topic_resets_total`` and says so: nothing is lost that
+was ever folded, and nothing new is skipped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -21,23 +37,44 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from aggregator.exporter import Exporter, HttpSecurity
-from aggregator.ingest import Rejected, plan
+from aggregator.ingest import Rejected, plan, record_digest
 from aggregator.refit import refit
 from aggregator.state import AggregatorState, CheckpointStore
+from aggregator.statetopic import StateTopic, decode
 from aggregator.topics import ensure_topics
 from common.collection import Collection
 from common.wire import WireFormat
 
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
 MAX_RECORDS = 20_000
+ROLES = ("all", "worker")
+LEDGER_KEY_ENV = "KVLDP_LEDGER_KEY"
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+def ledger_key(collection: Collection, state_dir: str | Path | None) -> bytes:
+    """The secret of the budget ledger's keyed device hashes: ``$KVLDP_LEDGER_KEY``, else a
+    key kept next to the checkpoints (created once, mode 0600), else a per-process key
+    (the ledger then lives only as long as the in-memory state)."""
+    env = os.environ.get(LEDGER_KEY_ENV)
+    if env:
+        return env.encode()
+    if state_dir is None:
+        return secrets.token_bytes(32)
+    path = Path(state_dir) / f"{collection.name}.ledger-key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as out:
+            out.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
 class Aggregator:
-    """Consumes one collection's reports topic and serves its estimates."""
+    """Consumes one collection's reports topic (all partitions, or a worker's share)."""
 
     def __init__(
         self,
@@ -50,28 +87,34 @@ class Aggregator:
         checkpoint_interval: float = 1.0,
         log: Callable[[str], None] = _stderr,
         security: HttpSecurity | None = None,
+        role: str = "all",
     ) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}")
         self.collection = collection
         self.bootstrap_servers = bootstrap_servers
         self.metrics_host = metrics_host
         self.metrics_port = metrics_port
-        self.store = CheckpointStore(state_dir, collection) if state_dir is not None else None
+        self.role = role
+        self.store = (
+            CheckpointStore(state_dir, collection) if state_dir is not None and role == "all" else None
+        )
+        self.ledger_key = ledger_key(collection, state_dir)
         self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
         self.checkpoint_interval = checkpoint_interval
         self.log = log
+        self.security = security
         self.wire = WireFormat(collection)
         self.queries = collection.conditional_queries()
         self.state = AggregatorState(collection)
-        self.security = security
-        self.exporter = Exporter(
-            collection, lambda: self.state.reports_total, lambda: self.state.rejected_totals(), self.lag
-        )
+        self.exporter = Exporter(collection, lambda: self.state, self.lag)
         self.bound_port: int | None = None
-        self._dirty = False
+        self.snapshots: StateTopic | None = None
+        self._dirty: set[int] = set()
+        self._verify: set[int] = set()
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         self._save_lock = asyncio.Lock()
-        self._reset_warned: set[int] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
@@ -81,9 +124,9 @@ class Aggregator:
             if loaded is not None:
                 self.state = loaded
                 self.log(f"resumed from {self.store.path}: {self.state.reports_total} reports folded")
-        else:
+        elif self.role == "all":
             self.log("no --state-dir: state is kept in memory only and is lost when the aggregator stops")
-        await ensure_topics(self.bootstrap_servers, self.collection)
+        await ensure_topics(self.bootstrap_servers, self.collection, state=self.role == "worker")
         self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
         self._dlq = AIOKafkaProducer(
             bootstrap_servers=self.bootstrap_servers, client_id="kvldp-dlq", linger_ms=5
@@ -91,27 +134,31 @@ class Aggregator:
         self._consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
             group_id=self.collection.consumer_group,
-            client_id="kvldp-aggregator",
+            client_id=f"kvldp-{self.role}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
             session_timeout_ms=6_000,
             max_partition_fetch_bytes=4 << 20,
         )
+        if self.role == "worker":
+            self.snapshots = StateTopic(self.collection, self.bootstrap_servers)
         try:
             await self._dlq.start()
+            if self.snapshots is not None:
+                await self.snapshots.start()
             await self._consumer.start()
             self._consumer.subscribe([self.collection.reports_topic], listener=_Rebalance(self))
-            await self._refit_once()
-            if ready is not None:
-                ready(self)
             tasks = [
                 asyncio.create_task(self._consume(), name="consume"),
-                asyncio.create_task(self._every(self.refit_interval, self._refit_once), name="refit"),
                 asyncio.create_task(
                     self._every(self.checkpoint_interval, self.checkpoint), name="checkpoint"
                 ),
+                asyncio.create_task(self._every(self.refit_interval, self._housekeeping), name="refit"),
             ]
+            await self._housekeeping()
+            if ready is not None:
+                ready(self)
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
@@ -123,10 +170,13 @@ class Aggregator:
                     await task
             if failed:
                 raise failed[0].exception()  # type: ignore[misc]
+            self._dirty |= set(self.state.partitions)
             await self.checkpoint()
         finally:
             if self._consumer is not None:
                 await self._consumer.stop()
+            if self.snapshots is not None:
+                await self.snapshots.stop()
             if self._dlq is not None:
                 await self._dlq.stop()
             await self.exporter.close()
@@ -148,35 +198,59 @@ class Aggregator:
                 if not records or tp not in consumer.assignment():
                     continue
                 state = self.state.partition(tp.partition)
+                if tp.partition in self._verify:
+                    expected = state.next_offset - 1
+                    if records[0].offset < expected:
+                        consumer.seek(tp, expected)
+                        continue
+                    self._verify.discard(tp.partition)
+                    if records[0].offset == expected:
+                        if record_digest(records[0]) != state.last_digest:
+                            await self._reset(tp, "the record before the checkpoint's next offset changed")
+                            continue
+                        records = records[1:]
+                if not records:
+                    continue
                 if records[0].offset > state.next_offset:
                     # fetched past our state (e.g. from a committed offset): rewind, never skip
                     consumer.seek(tp, state.next_offset)
                     continue
-                work = plan(self.state, self.wire, tp.partition, records)
+                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key)
                 if work is None:
                     continue
                 if work.rejected:
                     await self._dead_letter(tp, work.rejected)
                 work.apply(self.state)
-                self._dirty = True
+                self._dirty.add(tp.partition)
 
-    def _check_resets(self) -> None:
-        """A partition whose end lies below our next offset was reset or recreated (an
-        in-memory broker restarted, a topic deleted): its new records would never reach
-        our offset. Say so, once per partition, instead of waiting silently."""
+    async def _reset(self, tp: TopicPartition, why: str) -> None:
+        """Start a new epoch of a reset partition at its offset 0, keeping the statistics."""
+        state = self.state.partition(tp.partition)
+        self.log(
+            f"partition {tp.partition} of {tp.topic} was reset ({why}); keeping the {state.reports} reports "
+            f"folded so far and reading the partition again from offset 0"
+        )
+        state.next_offset = 0
+        state.last_digest = b""
+        state.resets += 1
+        self._verify.discard(tp.partition)
+        self._dirty.add(tp.partition)
+        await ensure_topics(self.bootstrap_servers, self.collection, state=self.role == "worker")
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.seek(tp, 0)
+
+    async def _check_resets(self) -> None:
+        """A partition that now ends below our next offset was reset."""
         consumer = self._consumer
         if consumer is None:
             return
         for tp in consumer.assignment():
             highwater = consumer.highwater(tp)
-            next_offset = self.state.partition(tp.partition).next_offset
-            if highwater is not None and highwater < next_offset and tp.partition not in self._reset_warned:
-                self._reset_warned.add(tp.partition)
-                self.log(
-                    f"partition {tp.partition} of {tp.topic} ends at offset {highwater}, below the checkpoint's "
-                    f"next offset {next_offset}: the topic was reset or recreated; its records are not folded "
-                    "until the old state is moved away"
-                )
+            state = self.state.partition(tp.partition)
+            if highwater is not None:
+                state.highwater = highwater
+                if highwater < state.next_offset:
+                    await self._reset(tp, f"it now ends at offset {highwater}, below {state.next_offset}")
 
     async def _dead_letter(self, tp: TopicPartition, rejected: list[Rejected]) -> None:
         """Write rejected records to the DLQ and wait for every acknowledgement."""
@@ -208,32 +282,43 @@ class Aggregator:
         return out
 
     # ------------------------------------------------------------------ checkpoints and refits
-    async def checkpoint(self) -> None:
-        """Persist state and next offsets atomically (when a state dir is set), then
-        commit the same offsets to Kafka for lag dashboards (informational)."""
+    async def checkpoint(self, partitions: set[int] | None = None) -> None:
+        """Persist state with its next offsets atomically — the whole state to the file
+        (role all) or each changed partition's snapshot to the state topic (worker) —
+        then commit the same offsets to Kafka for lag dashboards (informational)."""
         async with self._save_lock:
-            if not self._dirty:
+            changed = set(self._dirty) if partitions is None else self._dirty & partitions
+            if not changed:
                 return
-            self._dirty = False
-            offsets = {
-                TopicPartition(self.collection.reports_topic, p): s.next_offset
-                for p, s in self.state.partitions.items()
-            }
-            if self.store is not None:
-                try:
+            self._dirty -= changed
+            started = time.perf_counter()
+            try:
+                if self.store is not None:
                     await asyncio.to_thread(self.store.save, self.state.to_bytes())
-                except BaseException:
-                    self._dirty = True
-                    raise
+                if self.snapshots is not None:
+                    await self.snapshots.publish({p: self.state.partition(p) for p in changed})
+            except BaseException:
+                self._dirty |= changed
+                raise
+            if self.store is not None or self.snapshots is not None:
+                self.exporter.checkpointed(time.perf_counter() - started)
             consumer = self._consumer
             if consumer is not None:
+                offsets = {
+                    TopicPartition(self.collection.reports_topic, p): self.state.partition(p).next_offset
+                    for p in changed
+                }
                 mine = {tp: o for tp, o in offsets.items() if tp in consumer.assignment() and o > 0}
                 if mine:
                     with contextlib.suppress(CommitFailedError, KafkaError):
                         await consumer.commit(mine)
 
+    async def _housekeeping(self) -> None:
+        await self._check_resets()
+        if self.role == "all":
+            await self._refit_once()
+
     async def _refit_once(self) -> None:
-        self._check_resets()
         now_ms = int(time.time() * 1000)
         self.state.compact(now_ms)
         windows = self.state.window_stats(now_ms)
@@ -242,19 +327,41 @@ class Aggregator:
         )
         self.exporter.publish(snapshot)
 
+    # ------------------------------------------------------------------ rebalancing
+    async def revoked(self, revoked: list[TopicPartition]) -> None:
+        mine = {tp.partition for tp in revoked}
+        self._dirty |= mine & set(self.state.partitions)
+        await self.checkpoint(mine)
+        if self.role == "worker":
+            for p in mine:  # the next owner continues from the snapshot just published
+                self.state.partitions.pop(p, None)
+                self._verify.discard(p)
+
+    async def assigned(self, assigned: list[TopicPartition]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        if self.snapshots is not None:
+            latest = await self.snapshots.latest()
+            for tp in assigned:
+                if tp.partition in latest:
+                    self.state.partitions.update(decode(self.collection, latest[tp.partition]))
+        for tp in assigned:
+            state = self.state.partition(tp.partition)
+            if state.next_offset > 0 and state.last_digest:
+                self._verify.add(tp.partition)  # re-read the last folded record first
+                consumer.seek(tp, state.next_offset - 1)
+            else:
+                consumer.seek(tp, state.next_offset)
+
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    """Checkpoint before partitions leave; seek to the checkpointed offset when they arrive."""
+    """Checkpoint before partitions leave; resume from the checkpoint when they arrive."""
 
     def __init__(self, aggregator: Aggregator) -> None:
         self.aggregator = aggregator
 
     async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        self.aggregator._dirty = True
-        await self.aggregator.checkpoint()
+        await self.aggregator.revoked(revoked)
 
     async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        consumer = self.aggregator._consumer
-        assert consumer is not None
-        for tp in assigned:
-            consumer.seek(tp, self.aggregator.state.partition(tp.partition).next_offset)
+        await self.aggregator.assigned(assigned)

@@ -31,7 +31,9 @@ from typing import Any
 
 import msgpack
 import numpy as np
+from numpy.typing import NDArray
 
+from aggregator.ledger import Ledger
 from common.collection import Collection
 from common.errors import KvldpError
 from common.primitives import IntArray
@@ -39,7 +41,7 @@ from common.schema import ReportBatch
 from common.stats import Stats
 
 FORMAT = "kvldp-checkpoint"
-VERSION = 1
+VERSION = 2
 
 
 class CheckpointMismatch(KvldpError):
@@ -56,12 +58,23 @@ def bucket_millis(collection: Collection) -> int | None:
 
 @dataclass
 class PartitionState:
-    """What has been folded from one input partition."""
+    """What has been folded from one input partition, and the filters' memory.
+
+    ``last_digest`` fingerprints the record at ``next_offset - 1``: on reassignment the
+    aggregator re-reads that record, and a different one means the topic was reset.
+    """
 
     next_offset: int
     base: Stats
     buckets: dict[int, Stats] = field(default_factory=dict)
     rejected: Counter[str] = field(default_factory=Counter)
+    duplicates: int = 0
+    resets: int = 0
+    recent: NDArray[np.uint64] = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    ledger: Ledger = field(default_factory=Ledger)
+    last_digest: bytes = b""
+    #: end of the partition when last seen (informational: lag for an exporter)
+    highwater: int = 0
 
     @property
     def reports(self) -> int:
@@ -88,10 +101,8 @@ class AggregatorState:
     def buckets_of(self, timestamps_ms: IntArray) -> IntArray | None:
         return None if self.bucket_ms is None else timestamps_ms // self.bucket_ms
 
-    def fold(
-        self, p: int, reports: ReportBatch, buckets: IntArray | None, next_offset: int, rejected: Counter[str]
-    ) -> None:
-        """Apply one decoded, validated fetch of partition ``p`` (reports already checked)."""
+    def fold_reports(self, p: int, reports: ReportBatch, buckets: IntArray | None) -> None:
+        """Fold decoded, validated reports of partition ``p`` into their time buckets."""
         state = self.partition(p)
         n = next(iter(reports.values())).shape[0] if reports else 0
         if n:
@@ -104,8 +115,6 @@ class AggregatorState:
                     if target is None:
                         target = state.buckets[int(b)] = self.mechanism.new_stats()
                     target.fold({k: v[mask] for k, v in reports.items()}, check=False)
-        state.next_offset = next_offset
-        state.rejected.update(rejected)
 
     def compact(self, now_ms: int) -> None:
         """Merge buckets that left every finite window into ``base`` (never changes 'all')."""
@@ -148,6 +157,18 @@ class AggregatorState:
     def reports_total(self) -> int:
         return sum(s.reports for s in self.partitions.values())
 
+    @property
+    def duplicates_total(self) -> int:
+        return sum(s.duplicates for s in self.partitions.values())
+
+    @property
+    def resets_total(self) -> int:
+        return sum(s.resets for s in self.partitions.values())
+
+    def lag(self) -> dict[int, int]:
+        """Records not yet folded per partition, from the last high watermark seen."""
+        return {p: max(0, s.highwater - s.next_offset) for p, s in self.partitions.items()}
+
     def rejected_totals(self) -> Counter[str]:
         total: Counter[str] = Counter()
         for state in self.partitions.values():
@@ -168,6 +189,15 @@ class AggregatorState:
                     "base": s.base.to_bytes(),
                     "buckets": {str(b): st.to_bytes() for b, st in s.buckets.items()},
                     "rejected": dict(s.rejected),
+                    "duplicates": s.duplicates,
+                    "resets": s.resets,
+                    "recent": s.recent.astype("<u8").tobytes(),
+                    "ledger": {
+                        str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
+                        for w, (k, c) in s.ledger.windows.items()
+                    },
+                    "last": s.last_digest,
+                    "highwater": s.highwater,
                 }
                 for p, s in self.partitions.items()
             },
@@ -198,6 +228,20 @@ class AggregatorState:
                 base=Stats.from_bytes(mech, entry["base"]),
                 buckets={int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()},
                 rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
+                duplicates=int(entry["duplicates"]),
+                resets=int(entry["resets"]),
+                recent=np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
+                ledger=Ledger(
+                    {
+                        int(w): (
+                            np.frombuffer(k, dtype="<u8").astype(np.uint64),
+                            np.frombuffer(c, dtype="<i8").astype(np.int64),
+                        )
+                        for w, (k, c) in entry["ledger"].items()
+                    }
+                ),
+                last_digest=bytes(entry["last"]),
+                highwater=int(entry["highwater"]),
             )
         return state
 

@@ -8,13 +8,16 @@ from common.collection import Collection
 
 #: Kafka's "topic already exists" error code (a concurrent creator won the race)
 TOPIC_ALREADY_EXISTS = 36
+#: the state topic keeps the latest snapshot per partition; snapshots of wide statistics are large
+STATE_TOPIC_CONFIG = {"cleanup.policy": "compact", "max.message.bytes": str(64 << 20)}
 
 
 async def ensure_topics(
-    bootstrap_servers: str, collection: Collection, replication_factor: int = 1
+    bootstrap_servers: str, collection: Collection, replication_factor: int = 1, state: bool = False
 ) -> list[str]:
-    """Create ``kvldp.<name>.reports`` (``aggregate.partitions`` partitions) and
-    ``kvldp.<name>.dlq`` if absent; returns the names created."""
+    """Create ``kvldp.<name>.reports`` (``aggregate.partitions`` partitions),
+    ``kvldp.<name>.dlq`` and, for scale-out, the compacted ``kvldp.<name>.state`` if
+    absent; returns the names created."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap_servers, client_id="kvldp-admin")
     await admin.start()
     try:
@@ -23,6 +26,10 @@ async def ensure_topics(
             NewTopic(collection.reports_topic, collection.aggregate.partitions, replication_factor),
             NewTopic(collection.dlq_topic, 1, replication_factor),
         ]
+        if state:
+            wanted.append(
+                NewTopic(collection.state_topic, 1, replication_factor, topic_configs=STATE_TOPIC_CONFIG)
+            )
         missing = [t for t in wanted if t.name not in existing]
         if not missing:
             return []

@@ -21,9 +21,14 @@ ell = 2
 refit_interval_s = 5
 estimators = ["unbiased", "em"]
 windows = ["5m", "1h", "all"]
-conditions = []
+conditions = []              # joint-state mechanisms: "k | j=1, l=0" strings, or "all_pairs"
 partitions = 4
 max_message_bytes = 65536
+max_report_age_s = 604800    # device timestamps older than this (vs the record's) are "stale"
+max_clock_skew_s = 300       # ... and further ahead than this are "future"
+dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off)
+max_reports_per_device = 0   # privacy budget: reports per device per budget_window (0: off)
+budget_window = "1d"
 ```
 
 Invalid files raise :class:`InvalidCollection` naming the field.
@@ -71,7 +76,19 @@ _TOP_LEVEL = {
     "params",
     "aggregate",
 }
-_AGGREGATE = {"refit_interval_s", "estimators", "windows", "conditions", "partitions", "max_message_bytes"}
+_AGGREGATE = {
+    "refit_interval_s",
+    "estimators",
+    "windows",
+    "conditions",
+    "partitions",
+    "max_message_bytes",
+    "max_report_age_s",
+    "max_clock_skew_s",
+    "dedup_horizon",
+    "max_reports_per_device",
+    "budget_window",
+}
 
 
 class InvalidCollection(KvldpError):
@@ -86,13 +103,13 @@ class Window:
     seconds: int | None
 
 
-def parse_window(text: str) -> Window:
+def parse_window(text: str, field: str = "aggregate.windows") -> Window:
     if text == "all":
         return Window("all", None)
-    match = WINDOW_PATTERN.match(text)
+    match = WINDOW_PATTERN.match(text) if isinstance(text, str) else None
     if not match or int(match.group(1)) == 0:
         raise InvalidCollection(
-            f"aggregate.windows: {text!r} is not a window (use e.g. '30s', '5m', '1h', '1d' or 'all')"
+            f"{field}: {text!r} is not a window (use e.g. '30s', '5m', '1h', '1d' or 'all')"
         )
     return Window(text, int(match.group(1)) * UNITS[match.group(2)])
 
@@ -105,6 +122,11 @@ class AggregateConfig:
     conditions: tuple[str, ...] = ()
     partitions: int = 4
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_report_age_s: float = 7 * 86400.0
+    max_clock_skew_s: float = 300.0
+    dedup_horizon: int = 100_000
+    max_reports_per_device: int = 0
+    budget_window_s: int = 86_400
 
 
 @dataclass(frozen=True)
@@ -132,6 +154,10 @@ class Collection:
     @property
     def dlq_topic(self) -> str:
         return f"kvldp.{self.name}.dlq"
+
+    @property
+    def state_topic(self) -> str:
+        return f"kvldp.{self.name}.state"
 
     @property
     def consumer_group(self) -> str:
@@ -334,7 +360,30 @@ def _parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
         raise InvalidCollection(
             f"aggregate.max_message_bytes: expected an integer in [1024, {KAFKA_MESSAGE_LIMIT}], got {cap!r}"
         )
+    limits: dict[str, int] = {}
+    for key, low in (("dedup_horizon", 0), ("max_reports_per_device", 0)):
+        value = table.get(key, getattr(defaults, key))
+        if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 100_000_000:
+            raise InvalidCollection(
+                f"aggregate.{key}: expected an integer in [{low}, 100000000], got {value!r}"
+            )
+        limits[key] = value
+    window = parse_window(table.get("budget_window", "1d"), "aggregate.budget_window")
+    if window.seconds is None:
+        raise InvalidCollection("aggregate.budget_window: give a duration such as '1d' or '12h'")
+    limits["budget_window_s"] = window.seconds
+    ages = {}
+    for key in ("max_report_age_s", "max_clock_skew_s"):
+        value = _number(table.get(key, getattr(defaults, key)), f"aggregate.{key}")
+        if value <= 0:
+            raise InvalidCollection(f"aggregate.{key}: must be positive")
+        ages[key] = value
     return AggregateConfig(
+        max_report_age_s=ages["max_report_age_s"],
+        max_clock_skew_s=ages["max_clock_skew_s"],
+        dedup_horizon=limits["dedup_horizon"],
+        max_reports_per_device=limits["max_reports_per_device"],
+        budget_window_s=limits["budget_window_s"],
         refit_interval_s=refit,
         estimators=usable,
         windows=windows,

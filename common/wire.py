@@ -5,15 +5,18 @@ Every Kafka message value is one msgpack map with the envelope of spec §0.3:
 * ``ver`` — schema version, 1;
 * ``col`` — collection name; ``mech`` — mechanism tag; ``cfg`` — the collection digest
   (uint32 over mechanism, epsilon, parameters, keys and value range);
-* ``ts`` — optional device timestamp (ms since the epoch); ``rid`` — optional report id
-  (uint64), reserved for de-duplication;
+* optional: ``ts`` — device timestamp (ms since the epoch), judged against the Kafka
+  record timestamp (``stale`` if older than ``aggregate.max_report_age_s``, ``future``
+  if ahead by more than ``aggregate.max_clock_skew_s``, so a replay judges the same way);
+  ``rid`` — report id (uint64, non-zero), for de-duplication; ``eps`` — the epsilon the
+  device used, which must be the collection's (``config_mismatch``);
 
 then either the payload fields of one report at top level (``{"j": 3, "s": 2}``;
 bitsets as ``bin`` of ceil(L/8) bytes, LSB-first), or a *batch*: ``n`` (number of
 reports) and ``cols``, a map from field name to one ``bin`` holding the column:
-``n`` little-endian integers of the field's width, or ``n`` bitsets back to back.
-Columns decode with one ``numpy.frombuffer`` each, so a gateway batch costs no Python
-work per report.
+``n`` little-endian integers of the field's width, or ``n`` bitsets back to back, plus
+an optional ``rid`` column (``n`` little-endian uint64). Columns decode with one
+``numpy.frombuffer`` each, so a gateway batch costs no Python work per report.
 
 Decoding is hostile-input safe: sizes are capped before parsing, msgpack runs with
 small container limits, and every exception at the boundary becomes a
@@ -22,11 +25,13 @@ small container limits, and every exception at the boundary becomes a
 
 ``oversize``, ``undecodable``, ``bad_envelope``, ``unsupported_version``,
 ``wrong_collection``, ``wrong_mechanism``, ``config_mismatch``, ``bad_payload``,
-``out_of_range``, ``invalid_report``.
+``out_of_range``, ``invalid_report``, ``stale``, ``future`` (and the aggregator's own
+``budget_exceeded``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +46,8 @@ from common.schema import Field, Report, ReportBatch, batch_len
 
 VERSION = 1
 ENVELOPE = ("ver", "col", "mech", "cfg")
-OPTIONAL = ("ts", "rid")
+OPTIONAL = ("ts", "rid", "eps")
+RID = "rid"
 BATCH_KEYS = ("n", "cols")
 REASONS = (
     "oversize",
@@ -54,6 +60,9 @@ REASONS = (
     "bad_payload",
     "out_of_range",
     "invalid_report",
+    "stale",
+    "future",
+    "budget_exceeded",
 )
 
 
@@ -88,11 +97,12 @@ def _integer_bounds(f: Field) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Decoded:
     """The reports of a list of messages: the valid ones as one columnar batch, with
-    ``message`` giving the index of the message each report came from, and the
-    rejected messages as (index, reason, detail)."""
+    ``message`` giving the index of the message each report came from and ``rids`` its
+    report id (0 = none), and the rejected messages as (index, reason, detail)."""
 
     reports: ReportBatch
     message: NDArray[np.int64]
+    rids: NDArray[np.uint64]
     rejected: list[tuple[int, str, str]]
 
 
@@ -106,6 +116,8 @@ class WireFormat:
         self.names = tuple(f.name for f in self.fields)
         self.dtypes = {f.name: column_dtype(f) for f in self.fields}
         self.cap = collection.aggregate.max_message_bytes
+        self.max_age_ms = int(collection.aggregate.max_report_age_s * 1000)
+        self.max_skew_ms = int(collection.aggregate.max_clock_skew_s * 1000)
         self.envelope = {
             "ver": VERSION,
             "col": collection.name,
@@ -150,7 +162,9 @@ class WireFormat:
             body[name] = report[name]
         return self._check_size(bytes(msgpack.packb(body, use_bin_type=True)))
 
-    def encode_batch(self, batch: ReportBatch, ts_ms: int | None = None) -> bytes:
+    def encode_batch(
+        self, batch: ReportBatch, ts_ms: int | None = None, rids: NDArray[np.uint64] | None = None
+    ) -> bytes:
         """A columnar batch of reports (``perturb_many`` output) as one message."""
         n = batch_len(batch)
         if n < 1:
@@ -162,6 +176,8 @@ class WireFormat:
         body["cols"] = {
             name: np.ascontiguousarray(batch[name], dtype=self.dtypes[name]).tobytes() for name in self.names
         }
+        if rids is not None:
+            body["cols"][RID] = np.ascontiguousarray(rids, dtype="<u8").tobytes()
         return self._check_size(bytes(msgpack.packb(body, use_bin_type=True)))
 
     # ------------------------------------------------------------------ decoding
@@ -187,9 +203,6 @@ class WireFormat:
             raise WireError("wrong_mechanism", f"report of mechanism {obj['mech']!r}")
         if cfg != self.collection.digest:
             raise WireError("config_mismatch", f"config digest {cfg} != {self.collection.digest}")
-        for key in OPTIONAL:
-            if key in obj and (isinstance(obj[key], bool) or not isinstance(obj[key], int) or obj[key] < 0):
-                raise WireError("bad_envelope", f"malformed {key!r}")
 
     def _scalar(self, f: Field, value: Any) -> Any:
         if f.kind == "bits":
@@ -208,8 +221,10 @@ class WireFormat:
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise WireError("bad_payload", "batch 'n' must be a positive integer")
         cols = obj["cols"]
-        if not isinstance(cols, dict) or set(cols) != set(self.names):
-            raise WireError("bad_payload", f"batch columns must be exactly {', '.join(self.names)}")
+        if not isinstance(cols, dict) or set(cols) - {RID} != set(self.names):
+            raise WireError(
+                "bad_payload", f"batch columns must be {', '.join(self.names)} (and optionally rid)"
+            )
         out: dict[str, NDArray[Any]] = {}
         for f in self.fields:
             buf = cols[f.name]
@@ -219,7 +234,39 @@ class WireFormat:
                 raise WireError("bad_payload", f"column {f.name}: expected {n} x {width} bytes")
             raw = np.frombuffer(buf, dtype=dtype)
             out[f.name] = raw.reshape(n, width) if f.kind == "bits" else raw.astype(f.dtype)
+        if RID in cols:
+            buf = cols[RID]
+            if not isinstance(buf, bytes) or len(buf) != 8 * n:
+                raise WireError("bad_payload", f"column rid: expected {n} x 8 bytes")
+            out[RID] = np.frombuffer(buf, dtype="<u8").astype(np.uint64)
         return out
+
+    def _optional(self, obj: dict[str, Any], record_ts: int | None) -> int:
+        """Check ``ts``, ``rid`` and ``eps``; return the report id (0 when absent)."""
+        for key in ("ts", "rid"):
+            if key in obj and (type(obj[key]) is not int or not 0 <= obj[key] < 2**64):
+                raise WireError("bad_envelope", f"malformed {key!r}")
+        if "eps" in obj:
+            eps = obj["eps"]
+            if type(eps) not in (int, float):
+                raise WireError("bad_envelope", "malformed 'eps'")
+            if not math.isclose(float(eps), self.collection.epsilon, rel_tol=1e-12, abs_tol=0.0):
+                raise WireError(
+                    "config_mismatch",
+                    f"report for epsilon {eps!r}, collection has {self.collection.epsilon!r}",
+                )
+        ts = obj.get("ts")
+        if ts is not None and record_ts is not None:
+            if ts < record_ts - self.max_age_ms:
+                raise WireError(
+                    "stale", f"device time {ts} is {(record_ts - ts) / 1000:.0f}s before the record's"
+                )
+            if ts > record_ts + self.max_skew_ms:
+                raise WireError(
+                    "future", f"device time {ts} is {(ts - record_ts) / 1000:.0f}s after the record's"
+                )
+        rid = obj.get("rid", 0)
+        return int(rid)
 
     def _fields_of(self, obj: dict[str, Any]) -> list[Any] | None:
         """Payload values of a well-formed single report, or None to take the slow path."""
@@ -227,7 +274,7 @@ class WireFormat:
             values = [obj[name] for name in self.names]
         except KeyError:
             return None
-        optional = ("ts" in obj) + ("rid" in obj)
+        optional = ("ts" in obj) + ("rid" in obj) + ("eps" in obj)
         if len(obj) != len(self._single_keys) + optional:
             return None
         for (nbytes, lo, hi), value in zip(self._checks, values, strict=True):
@@ -236,8 +283,6 @@ class WireFormat:
                     return None
             elif type(value) is not int or not lo <= value < hi:
                 return None
-        if optional and any(type(obj.get(k, 0)) is not int or obj.get(k, 0) < 0 for k in OPTIONAL):
-            return None
         return values
 
     def _single_or_batch(self, obj: Any) -> list[Any] | dict[str, NDArray[Any]]:
@@ -253,14 +298,16 @@ class WireFormat:
         extra = sorted(keys - self._single_keys - self._batch_keys)
         raise WireError("bad_payload", f"fields missing {missing} / unexpected {extra}")
 
-    def decode(self, messages: Sequence[bytes | None]) -> Decoded:
-        """Decode and validate messages; never raises on bad input.
+    def decode(self, messages: Sequence[bytes | None], timestamps: Sequence[int] | None = None) -> Decoded:
+        """Decode and validate messages; never raises on bad input. ``timestamps`` are the
+        Kafka record timestamps (ms), against which device ``ts`` are judged.
 
         Well-formed single reports take a fast path (a few dictionary lookups after
         msgpack); anything unusual goes through the checks that name the reason.
         """
         singles: list[list[Any]] = []
         single_msg: list[int] = []
+        single_rid: list[int] = []
         batches: list[dict[str, NDArray[Any]]] = []
         batch_msg: list[NDArray[np.int64]] = []
         rejected: list[tuple[int, str, str]] = []
@@ -268,6 +315,7 @@ class WireFormat:
         ver, col, mech, cfg = env["ver"], env["col"], env["mech"], env["cfg"]
         unpack, limits = msgpack.unpackb, self._unpack_limits
         for i, data in enumerate(messages):
+            record_ts = None if timestamps is None else timestamps[i]
             try:
                 if data is None:
                     raise WireError("undecodable", "empty message (no value)")
@@ -288,20 +336,27 @@ class WireFormat:
                 ):
                     values = self._fields_of(obj)
                     if values is not None:
+                        single_rid.append(self._optional(obj, record_ts))
                         singles.append(values)
                         single_msg.append(i)
                         continue
                 parsed = self._single_or_batch(obj)
+                rid = self._optional(obj, record_ts)
                 if isinstance(parsed, dict):
                     batches.append(parsed)
                     batch_msg.append(np.full(next(iter(parsed.values())).shape[0], i, dtype=np.int64))
                 else:
                     singles.append(parsed)
                     single_msg.append(i)
+                    single_rid.append(rid)
             except WireError as exc:
                 rejected.append((i, exc.reason, exc.detail))
         columns = self._assemble(singles, batches)
         message = np.concatenate([np.asarray(single_msg, dtype=np.int64), *batch_msg])
+        rids = np.concatenate(
+            [np.asarray(single_rid, dtype=np.uint64)]
+            + [b.get(RID, np.zeros(b[self.names[0]].shape[0], dtype=np.uint64)) for b in batches]
+        )
         if message.size:
             valid, codes, details = self.mechanism.validate_coded(columns)
             if not np.all(valid):
@@ -312,8 +367,9 @@ class WireFormat:
                 keep = ~np.isin(message, np.fromiter(bad_msgs, dtype=np.int64))
                 columns = {k: v[keep] for k, v in columns.items()}
                 message = message[keep]
+                rids = rids[keep]
         rejected.sort()
-        return Decoded(reports=columns, message=message, rejected=rejected)
+        return Decoded(reports=columns, message=message, rids=rids, rejected=rejected)
 
     def _assemble(self, singles: list[list[Any]], batches: list[dict[str, NDArray[Any]]]) -> ReportBatch:
         out: ReportBatch = {}

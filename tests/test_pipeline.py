@@ -439,30 +439,41 @@ async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -
     assert sum(agg.state.rejected_totals().values()) == 0
 
 
-async def test_a_reset_topic_is_reported_not_silently_ignored(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    """A checkpoint says partition 0 continues at offset 500, but the (recreated) topic holds 5
-    records: the aggregator must say so rather than sit there silently."""
+async def test_a_reset_topic_starts_a_new_epoch(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """A checkpoint says partition 0 continues at offset 500 (with 7 reports folded), but the
+    (recreated) topic holds 5 records: the aggregator says so, keeps the 7 and folds the 5."""
     from aggregator.state import AggregatorState
 
     collection = unique_collection("kvue", 3, partitions=1)
     ahead = AggregatorState(collection)
+    earlier = collection.mechanism.perturb_many(
+        simulate.simulate(collection, "uniform", 7, seed=3), np.random.default_rng(3)
+    )
+    ahead.fold_reports(0, earlier, None)
     ahead.partition(0).next_offset = 500
     CheckpointStore(tmp_path, collection).save(ahead.to_bytes())
     lines: list[str] = []
     agg = Aggregator(
-        collection, broker.bootstrap_servers, metrics_port=0, state_dir=tmp_path, log=lines.append
+        collection,
+        broker.bootstrap_servers,
+        metrics_port=0,
+        state_dir=tmp_path,
+        log=lines.append,
+        refit_interval=0.5,
     )
     stop, task = await start_aggregator(agg)
     try:
         async with Collector(collection, broker.bootstrap_servers) as sdk:
             await sdk.report_many([{"k0": 1.0}] * 5)
-        await wait_for(
-            lambda: any("was reset or recreated" in line for line in lines), 30, "the reset warning"
-        )
+        await wait_for(lambda: agg.state.reports_total == 12, 30, "the 5 reports of the new epoch")
+        assert any("was reset" in line for line in lines)
+        assert agg.state.resets_total == 1 and agg.state.partition(0).next_offset == 5
+        samples = await asyncio.to_thread(scrape, agg.bound_port)
+        assert samples[("kvldp_topic_resets_total", (("collection", collection.name),))] == 1
     finally:
         stop.set()
         await task
-    assert agg.state.reports_total == 0
+    assert agg.state.reports_total == 12
 
 
 @pytest.mark.parametrize(
