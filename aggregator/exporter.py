@@ -45,7 +45,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from aggregator.refit import Snapshot, condition_label
+from aggregator.refit import Snapshot, condition_label, refit
 from aggregator.state import AggregatorState
 from common.collection import Collection
 from common.errors import KvldpError
@@ -259,8 +259,18 @@ class Exporter:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
         )
         self.collection = collection
+        self.queries = collection.conditional_queries()
         self.security = HttpSecurity()
         self._server: asyncio.base_events.Server | None = None
+
+    async def refresh(self, state: AggregatorState) -> None:
+        """Refit every window of ``state`` and publish the result. Buckets are compacted
+        and the windows summed on the event loop (no fold can interleave); the estimation
+        itself runs in a thread so the consumer keeps polling."""
+        now_ms = int(time.time() * 1000)
+        state.compact(now_ms)
+        windows = state.window_stats(now_ms)
+        self.publish(await asyncio.to_thread(refit, self.collection, windows, self.snapshot, self.queries))
 
     def publish(self, snapshot: Snapshot) -> None:
         """Swap in a new snapshot (atomic: one reference assignment)."""

@@ -38,11 +38,11 @@ from aiokafka.errors import CommitFailedError, KafkaError
 
 from aggregator.exporter import Exporter, HttpSecurity
 from aggregator.ingest import Rejected, plan, record_digest
-from aggregator.refit import refit
-from aggregator.state import AggregatorState, CheckpointStore
-from aggregator.statetopic import StateTopic, decode
+from aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
+from aggregator.statetopic import StateFollower, StateTopic, decode
 from aggregator.topics import ensure_topics
 from common.collection import Collection
+from common.errors import KvldpError
 from common.wire import WireFormat
 
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
@@ -55,13 +55,19 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def ledger_key(collection: Collection, state_dir: str | Path | None) -> bytes:
+def ledger_key(collection: Collection, state_dir: str | Path | None, role: str = "all") -> bytes:
     """The secret of the budget ledger's keyed device hashes: ``$KVLDP_LEDGER_KEY``, else a
     key kept next to the checkpoints (created once, mode 0600), else a per-process key
-    (the ledger then lives only as long as the in-memory state)."""
+    (the ledger then lives only as long as the in-memory state). Workers hand ledgers to
+    each other, so with a budget they must share the key through the environment."""
     env = os.environ.get(LEDGER_KEY_ENV)
     if env:
         return env.encode()
+    if role == "worker" and collection.aggregate.max_reports_per_device:
+        raise KvldpError(
+            f"collection {collection.name!r} has a privacy budget: its workers must share the ledger key; "
+            f"set {LEDGER_KEY_ENV} to the same secret on every worker"
+        )
     if state_dir is None:
         return secrets.token_bytes(32)
     path = Path(state_dir) / f"{collection.name}.ledger-key"
@@ -99,22 +105,23 @@ class Aggregator:
         self.store = (
             CheckpointStore(state_dir, collection) if state_dir is not None and role == "all" else None
         )
-        self.ledger_key = ledger_key(collection, state_dir)
+        self.ledger_key = ledger_key(collection, state_dir, role)
         self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
         self.checkpoint_interval = checkpoint_interval
         self.log = log
         self.security = security
         self.wire = WireFormat(collection)
-        self.queries = collection.conditional_queries()
         self.state = AggregatorState(collection)
         self.exporter = Exporter(collection, lambda: self.state, self.lag)
         self.bound_port: int | None = None
         self.snapshots: StateTopic | None = None
+        self.follower: StateFollower | None = None
         self._dirty: set[int] = set()
         self._verify: set[int] = set()
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         self._save_lock = asyncio.Lock()
+        self._fatal: Exception | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
@@ -143,13 +150,17 @@ class Aggregator:
         )
         if self.role == "worker":
             self.snapshots = StateTopic(self.collection, self.bootstrap_servers)
+            self.follower = StateFollower(self.collection, self.bootstrap_servers)
+        tasks: list[asyncio.Task[None]] = []
         try:
             await self._dlq.start()
-            if self.snapshots is not None:
+            if self.snapshots is not None and self.follower is not None:
                 await self.snapshots.start()
+                await self.follower.start()
+                tasks.append(asyncio.create_task(self.follower.follow(), name="follow"))
             await self._consumer.start()
             self._consumer.subscribe([self.collection.reports_topic], listener=_Rebalance(self))
-            tasks = [
+            tasks += [
                 asyncio.create_task(self._consume(), name="consume"),
                 asyncio.create_task(
                     self._every(self.checkpoint_interval, self.checkpoint), name="checkpoint"
@@ -175,6 +186,10 @@ class Aggregator:
         finally:
             if self._consumer is not None:
                 await self._consumer.stop()
+            for task in tasks:
+                task.cancel()
+            if self.follower is not None:
+                await self.follower.stop()
             if self.snapshots is not None:
                 await self.snapshots.stop()
             if self._dlq is not None:
@@ -194,6 +209,8 @@ class Aggregator:
         assert consumer is not None
         while True:
             fetched = await consumer.getmany(timeout_ms=200, max_records=MAX_RECORDS)
+            if self._fatal is not None:
+                raise self._fatal
             for tp, records in fetched.items():
                 if not records or tp not in consumer.assignment():
                     continue
@@ -221,6 +238,7 @@ class Aggregator:
                 if work.rejected:
                     await self._dead_letter(tp, work.rejected)
                 work.apply(self.state)
+                state.highwater = consumer.highwater(tp) or state.highwater
                 self._dirty.add(tp.partition)
 
     async def _reset(self, tp: TopicPartition, why: str) -> None:
@@ -316,16 +334,7 @@ class Aggregator:
     async def _housekeeping(self) -> None:
         await self._check_resets()
         if self.role == "all":
-            await self._refit_once()
-
-    async def _refit_once(self) -> None:
-        now_ms = int(time.time() * 1000)
-        self.state.compact(now_ms)
-        windows = self.state.window_stats(now_ms)
-        snapshot = await asyncio.to_thread(
-            refit, self.collection, windows, self.exporter.snapshot, self.queries
-        )
-        self.exporter.publish(snapshot)
+            await self.exporter.refresh(self.state)
 
     # ------------------------------------------------------------------ rebalancing
     async def revoked(self, revoked: list[TopicPartition]) -> None:
@@ -340,11 +349,8 @@ class Aggregator:
     async def assigned(self, assigned: list[TopicPartition]) -> None:
         consumer = self._consumer
         assert consumer is not None
-        if self.snapshots is not None:
-            latest = await self.snapshots.latest()
-            for tp in assigned:
-                if tp.partition in latest:
-                    self.state.partitions.update(decode(self.collection, latest[tp.partition]))
+        if self.follower is not None:
+            await self._load_snapshots(consumer, self.follower, assigned)
         for tp in assigned:
             state = self.state.partition(tp.partition)
             if state.next_offset > 0 and state.last_digest:
@@ -352,6 +358,35 @@ class Aggregator:
                 consumer.seek(tp, state.next_offset - 1)
             else:
                 consumer.seek(tp, state.next_offset)
+
+    async def _load_snapshots(
+        self, consumer: AIOKafkaConsumer, follower: StateFollower, assigned: list[TopicPartition]
+    ) -> None:
+        """Take over assigned partitions from the state topic. The previous owner published
+        each snapshot before committing its offset, so the committed offset says which
+        snapshot to wait for. An older one would also be correct (every snapshot is a
+        consistent prefix); it only means re-reading some records."""
+        await follower.caught_up(timeout=5.0)
+        for tp in assigned:
+            committed = 0
+            with contextlib.suppress(KafkaError):
+                committed = await consumer.committed(tp) or 0
+            entry = await follower.wait_for(tp.partition, committed, timeout=10.0)
+            if entry is None:
+                continue
+            if entry.rank[1] < committed:
+                self.log(
+                    f"partition {tp.partition}: the newest snapshot in {self.collection.state_topic} is at offset "
+                    f"{entry.rank[1]}, below the committed {committed}; re-reading from there (nothing is counted twice)"
+                )
+            try:
+                self.state.partitions[tp.partition] = decode(self.collection, tp.partition, entry.value)
+            except CheckpointMismatch as exc:
+                # raised from the consume loop: aiokafka swallows listener errors
+                self._fatal = CheckpointMismatch(
+                    f"the snapshot of partition {tp.partition} in {self.collection.state_topic} "
+                    f"is not this collection's: {exc}"
+                )
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -222,27 +222,30 @@ class AggregatorState:
         if payload.get("bucket_ms") != state.bucket_ms:
             raise CheckpointMismatch("checkpoint was written with other windows; use another --state-dir")
         mech = collection.mechanism
-        for p, entry in payload["partitions"].items():
-            state.partitions[int(p)] = PartitionState(
-                next_offset=int(entry["next"]),
-                base=Stats.from_bytes(mech, entry["base"]),
-                buckets={int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()},
-                rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
-                duplicates=int(entry["duplicates"]),
-                resets=int(entry["resets"]),
-                recent=np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
-                ledger=Ledger(
-                    {
-                        int(w): (
-                            np.frombuffer(k, dtype="<u8").astype(np.uint64),
-                            np.frombuffer(c, dtype="<i8").astype(np.int64),
-                        )
-                        for w, (k, c) in entry["ledger"].items()
-                    }
-                ),
-                last_digest=bytes(entry["last"]),
-                highwater=int(entry["highwater"]),
-            )
+        try:
+            for p, entry in payload["partitions"].items():
+                state.partitions[int(p)] = PartitionState(
+                    next_offset=int(entry["next"]),
+                    base=Stats.from_bytes(mech, entry["base"]),
+                    buckets={int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()},
+                    rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
+                    duplicates=int(entry["duplicates"]),
+                    resets=int(entry["resets"]),
+                    recent=np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
+                    ledger=Ledger(
+                        {
+                            int(w): (
+                                np.frombuffer(k, dtype="<u8").astype(np.uint64),
+                                np.frombuffer(c, dtype="<i8").astype(np.int64),
+                            )
+                            for w, (k, c) in entry["ledger"].items()
+                        }
+                    ),
+                    last_digest=bytes(entry["last"]),
+                    highwater=int(entry["highwater"]),
+                )
+        except (KeyError, TypeError, ValueError, AttributeError, KvldpError) as exc:
+            raise CheckpointMismatch(f"checkpoint is corrupt: {type(exc).__name__}: {exc}") from exc
         return state
 
 

@@ -9,15 +9,26 @@ every partition without joining the consumer group, merges and refits.
 
 Snapshots use the checkpoint format of :mod:`aggregator.state` with one partition, so a
 snapshot can never be loaded into a differently configured collection. The topic is
-created with ``cleanup.policy=compact``; readers keep the last value per key, so they are
-correct on brokers that do not compact (Tansu).
+created with ``cleanup.policy=compact``.
+
+Which snapshot is current. Every snapshot carries its epoch (``resets``) and
+``next_offset`` as record headers, and readers keep, per partition, the one with the
+greatest ``(epoch, next_offset)`` — the newest on ties. Every snapshot is the fold of a
+prefix of the same partition, so this is always a consistent state, and a stalled
+"zombie" worker that publishes late cannot move the partition backwards. Readers read
+every record, so they are also correct on brokers that do not compact (Tansu).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from aggregator.state import AggregatorState, PartitionState
+from aggregator.state import AggregatorState, CheckpointMismatch, PartitionState
 from common.collection import Collection
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
@@ -30,8 +41,54 @@ def encode(collection: Collection, partition: int, state: PartitionState) -> byt
     return single.to_bytes()
 
 
-def decode(collection: Collection, data: bytes) -> dict[int, PartitionState]:
-    return AggregatorState.from_bytes(collection, data).partitions
+def decode(collection: Collection, partition: int, data: bytes) -> PartitionState:
+    """The state of ``partition`` in a snapshot (:class:`CheckpointMismatch` if the
+    snapshot is another collection's, corrupt, or of another partition)."""
+    partitions = AggregatorState.from_bytes(collection, data).partitions
+    if set(partitions) != {partition}:
+        raise CheckpointMismatch(f"snapshot keyed {partition} holds partitions {sorted(partitions)}")
+    return partitions[partition]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """The current snapshot of one input partition, as read from the state topic."""
+
+    rank: tuple[int, int]
+    value: bytes
+    timestamp_ms: int
+
+
+class Snapshots(dict[int, Entry]):
+    """Current snapshot per input partition; :meth:`take` folds in newly read records."""
+
+    def take(self, records: Iterable[object]) -> set[int]:
+        """Keep each record that outranks the partition's current entry; returns the
+        partitions that changed. Records without kvldp headers are ignored."""
+        changed = set()
+        for r in records:
+            parsed = _parse(r)
+            if parsed is None:
+                continue
+            partition, entry = parsed
+            current = self.get(partition)
+            if current is None or entry.rank >= current.rank:
+                self[partition] = entry
+                changed.add(partition)
+        return changed
+
+
+def _parse(record: object) -> tuple[int, Entry] | None:
+    key, value = getattr(record, "key", None), getattr(record, "value", None)
+    headers = dict(getattr(record, "headers", None) or ())
+    try:
+        partition = int(key)  # type: ignore[arg-type]
+        rank = (int(headers["resets"]), int(headers["next_offset"]))
+    except (TypeError, ValueError, KeyError):
+        return None
+    if not isinstance(value, bytes):
+        return None
+    return partition, Entry(rank, value, int(getattr(record, "timestamp", 0) or 0))
 
 
 class StateTopic:
@@ -56,21 +113,16 @@ class StateTopic:
 
     async def publish(self, snapshots: dict[int, PartitionState]) -> None:
         """Send every snapshot and wait until the broker acknowledged all of them."""
-        futures = [
-            await self._producer.send(self.topic, key=str(p).encode(), value=encode(self.collection, p, s))
-            for p, s in snapshots.items()
-        ]
+        futures = []
+        for p, s in snapshots.items():
+            headers = [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())]
+            futures.append(
+                await self._producer.send(
+                    self.topic, key=str(p).encode(), value=encode(self.collection, p, s), headers=headers
+                )
+            )
         for future in futures:
             await future
-
-    async def latest(self) -> dict[int, bytes]:
-        """The newest snapshot bytes of every input partition, read from the beginning."""
-        consumer = reader(self.bootstrap_servers)
-        await consumer.start()
-        try:
-            return await read_to_end(consumer, self.topic, {})
-        finally:
-            await consumer.stop()
 
 
 def reader(bootstrap_servers: str) -> AIOKafkaConsumer:
@@ -83,29 +135,70 @@ def reader(bootstrap_servers: str) -> AIOKafkaConsumer:
     )
 
 
-async def read_to_end(consumer: AIOKafkaConsumer, topic: str, latest: dict[int, bytes]) -> dict[int, bytes]:
-    """Assign every partition of ``topic`` from the beginning and read until each one's
-    position reaches its high watermark (fetch-based: never trusts ListOffsets)."""
-    partitions = consumer.partitions_for_topic(topic)
-    if not partitions:
-        await consumer.topics()
-        partitions = consumer.partitions_for_topic(topic) or set()
-    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-    if not tps:
-        return latest
-    consumer.assign(tps)
-    await consumer.seek_to_beginning(*tps)
-    done: set[TopicPartition] = set()
-    idle = 0
-    while len(done) < len(tps) and idle < 10:
-        fetched = await consumer.getmany(timeout_ms=200, max_records=1000)
-        idle = 0 if fetched else idle + 1
-        for records in fetched.values():
-            for r in records:
-                if r.key is not None and r.value is not None:
-                    latest[int(r.key)] = r.value
-        for tp in tps:
-            highwater = consumer.highwater(tp)
-            if highwater is not None and await consumer.position(tp) >= highwater:
-                done.add(tp)
-    return latest
+class StateFollower:
+    """Reads the state topic from the beginning and then keeps following it (outside any
+    consumer group), so a rebalance only reads what is new, not the topic's history."""
+
+    def __init__(self, collection: Collection, bootstrap_servers: str) -> None:
+        self.topic = collection.state_topic
+        self.snapshots = Snapshots()
+        #: input partitions whose snapshot changed since the owner last cleared this set
+        self.changed: set[int] = set()
+        self._consumer = reader(bootstrap_servers)
+        self._tps: list[TopicPartition] = []
+        self._fetched = asyncio.Event()
+
+    async def start(self) -> None:
+        """Start at the beginning of the (existing) state topic."""
+        await self._consumer.start()
+        partitions = self._consumer.partitions_for_topic(self.topic)
+        if not partitions:
+            await self._consumer.topics()
+            partitions = self._consumer.partitions_for_topic(self.topic) or {0}
+        self._tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        self._consumer.assign(self._tps)
+        await self._consumer.seek_to_beginning(*self._tps)
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def follow(self) -> None:
+        """Fetch forever (run as a task); the only reader of the consumer."""
+        while True:
+            fetched = await self._consumer.getmany(timeout_ms=200, max_records=1000)
+            for records in fetched.values():
+                self.changed |= self.snapshots.take(records)
+            self._fetched.set()
+
+    async def caught_up(self, timeout: float) -> bool:
+        """Wait until the follower has read to the high watermark of a fetch made after
+        this call (everything acknowledged before it); False on timeout."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        rounds = 0
+        while loop.time() < deadline:
+            self._fetched.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._fetched.wait(), max(0.0, deadline - loop.time()))
+            rounds += 1
+            if rounds >= 2 and all([await self._at_end(tp) for tp in self._tps]):
+                return True
+        return False
+
+    async def _at_end(self, tp: TopicPartition) -> bool:
+        highwater = self._consumer.highwater(tp)
+        return highwater is not None and await self._consumer.position(tp) >= highwater
+
+    async def wait_for(self, partition: int, next_offset: int, timeout: float) -> Entry | None:
+        """The current snapshot of ``partition`` once it has reached ``next_offset`` (e.g. the
+        offset its previous owner committed after publishing), or whatever is current
+        when ``timeout`` runs out."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            entry = self.snapshots.get(partition)
+            if (entry is not None and entry.rank[1] >= next_offset) or loop.time() >= deadline:
+                return entry
+            self._fetched.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._fetched.wait(), max(0.0, deadline - loop.time()))

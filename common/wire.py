@@ -142,9 +142,10 @@ class WireFormat:
         return sum(f.nbytes if f.kind == "bits" else self.dtypes[f.name].itemsize for f in self.fields)
 
     def max_batch(self) -> int:
-        """Most reports one batch message may carry under the collection's size cap."""
-        overhead = 128 + 16 * len(self.fields) + len(self.collection.name)
-        return max(1, (self.cap - overhead) // self.report_bytes())
+        """Most reports one batch message may carry under the collection's size cap
+        (with a ``rid`` column: 8 more bytes per report)."""
+        overhead = 128 + 16 * (len(self.fields) + 1) + len(self.collection.name)
+        return max(1, (self.cap - overhead) // (self.report_bytes() + 8))
 
     def _check_size(self, data: bytes) -> bytes:
         if len(data) > self.cap:

@@ -265,7 +265,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--metrics-basic-auth-file", metavar="FILE", help="require HTTP basic auth; FILE holds user:password"
     )
-    p.add_argument("--state-dir", help="checkpoint directory (default: in memory only)")
+    p.add_argument(
+        "--role",
+        choices=("all", "worker", "exporter"),
+        default="all",
+        help="all: one process does everything (default); worker: join the consumer group, fold "
+        "the assigned partitions, publish snapshots to the state topic; exporter: merge the "
+        "snapshots, refit, serve the estimates (see docs/reliability.md)",
+    )
+    p.add_argument("--state-dir", help="checkpoint directory for --role all (default: in memory only)")
     p.add_argument(
         "--refit-interval", type=_positive_float, help="seconds between refits (default: the collection's)"
     )

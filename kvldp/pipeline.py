@@ -23,6 +23,7 @@ import numpy as np
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from aggregator.exporter import HttpSecurity, load_basic_auth
+from aggregator.merged import MergedExporter
 from aggregator.offline import estimates_json, fold_recording
 from aggregator.service import Aggregator
 from common.collection import Collection, load_collection
@@ -185,10 +186,28 @@ def aggregate(args: argparse.Namespace) -> int:
     if args.metrics_port and port_in_use(args.metrics_port, args.metrics_host):
         raise KvldpError(f"metrics port {args.metrics_port} on {args.metrics_host} is already in use")
 
+    if args.role != "all" and args.state_dir:
+        raise KvldpError(
+            f"--state-dir is for --role all; a {args.role} keeps its state in {collection.state_topic}"
+        )
     security = metrics_security(args)
     scheme = "https" if security.certfile else "http"
 
+    def ready(a: Aggregator | MergedExporter) -> None:
+        print(f"metrics={scheme}://{args.metrics_host}:{a.bound_port}/metrics", flush=True)
+
     async def serve(stop: asyncio.Event) -> None:
+        if args.role == "exporter":
+            merged = MergedExporter(
+                collection,
+                bootstrap,
+                args.metrics_host,
+                args.metrics_port,
+                args.refit_interval,
+                security=security,
+            )
+            await merged.run(stop, ready)
+            return
         agg = Aggregator(
             collection,
             bootstrap,
@@ -197,11 +216,8 @@ def aggregate(args: argparse.Namespace) -> int:
             args.state_dir,
             args.refit_interval,
             security=security,
+            role=args.role,
         )
-
-        def ready(a: Aggregator) -> None:
-            print(f"metrics={scheme}://{args.metrics_host}:{a.bound_port}/metrics", flush=True)
-
         await agg.run(stop, ready)
 
     run_async(serve, bootstrap)

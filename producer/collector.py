@@ -5,7 +5,9 @@ raw values into [-1, 1] with the collection's ``value_range``, perturbs with the
 collection's mechanism (from :mod:`common`) using an RNG seeded from the operating
 system — unpredictable to the server — and publishes msgpack reports (see
 :mod:`common.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
-reports stay in one partition.
+reports stay in one partition. Every report carries a random non-zero 64-bit report id
+(``rid``, from the OS entropy pool whatever ``rng`` is) so that the aggregator counts a
+report the producer had to resend only once.
 
 A gateway (or a simulator) that speaks for many devices may pack up to ``batch_size``
 reports per Kafka message; each batch stays under the collection's message size cap.
@@ -24,6 +26,7 @@ from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaProducer
+from numpy.typing import NDArray
 
 from common.collection import Collection, InvalidCollection, load_collection
 from common.kvdata import KVData
@@ -86,6 +89,8 @@ class Collector:
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
         self.wire = WireFormat(self.collection)
         self.rng = rng if rng is not None else secure_rng()
+        # never from ``rng``: two simulators seeded alike must not share report ids
+        self._rid_rng = secure_rng()
         #: the id this SDK instance reports under (the Kafka key), random unless given
         self.device_id = device_id or uuid.uuid4().hex
         self.bootstrap_servers = bootstrap_servers
@@ -195,19 +200,23 @@ class Collector:
                     await asyncio.sleep(ahead)
         self.sent_reports += done
 
+    def report_ids(self, n: int) -> NDArray[np.uint64]:
+        """``n`` random non-zero report ids."""
+        return self._rid_rng.integers(1, 2**64, size=n, dtype=np.uint64)
+
     async def _publish_batch(
         self, batch: ReportBatch, device_ids: Sequence[str | bytes | int], per_message: int
     ) -> None:
         now = int(time.time() * 1000)
         n = len(device_ids)
+        rids = self.report_ids(n)
         if per_message == 1:
             fields = self.wire.fields
             for i in range(n):
-                await self._send(
-                    self.wire.encode_report(row(batch, fields, i), ts_ms=now), device_key(device_ids[i]), now
-                )
+                value = self.wire.encode_report(row(batch, fields, i), ts_ms=now, rid=int(rids[i]))
+                await self._send(value, device_key(device_ids[i]), now)
             return
         for start in range(0, n, per_message):
             part = {name: column[start : start + per_message] for name, column in batch.items()}
-            value = self.wire.encode_batch(part, ts_ms=now)
+            value = self.wire.encode_batch(part, ts_ms=now, rids=rids[start : start + per_message])
             await self._send(value, device_key(device_ids[start]), now)

@@ -1,0 +1,130 @@
+"""Scale-out on Kafka's own consumer group: workers publish partition snapshots to the
+state topic, an exporter merges them; a rebalance hands state over exactly."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.merged import MergedExporter
+from aggregator.service import Aggregator
+from aggregator.state import AggregatorState
+from aggregator.statetopic import Snapshots, decode, encode
+from common.collection import Collection
+from common.errors import KvldpError
+from kvldp.broker import EmbeddedBroker
+from producer import simulate
+from producer.collector import Collector
+from tests.pipeline_support import oracle, scrape, unique_collection, wait_for
+
+
+async def started(runner: Aggregator | MergedExporter) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    await wait_for(lambda: runner.bound_port is not None or task.done(), 30, "start")
+    if task.done():
+        await task
+    return stop, task
+
+
+def worker(collection: Collection, bootstrap: str) -> Aggregator:
+    return Aggregator(
+        collection, bootstrap, metrics_port=0, role="worker", checkpoint_interval=0.3, log=lambda _: None
+    )
+
+
+@pytest.mark.asyncio
+async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    collection = unique_collection("kvue", 5, partitions=4, windows=["all"])
+    users = simulate.simulate(collection, "gaussian", 8_000, seed=5)
+    exporter = MergedExporter(
+        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.3, log=lambda _: None
+    )
+    first, second = worker(collection, broker.bootstrap_servers), worker(collection, broker.bootstrap_servers)
+    runners = [await started(exporter), await started(first), await started(second)]
+    try:
+        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
+            await sdk.publish_users(users.rows(0, 4000), simulate.device_ids(4000), batch_size=20)
+            await wait_for(lambda: exporter.state.reports_total == 4000, 60, "the first half, merged")
+            assert first.state.partitions and second.state.partitions  # both took a share
+            assert not set(first.state.partitions) & set(second.state.partitions)
+            # the second worker leaves gracefully: the first takes its partitions over
+            runners[2][0].set()
+            await runners[2][1]
+            await sdk.publish_users(users.rows(4000, 8000), simulate.device_ids(4000)[::-1], batch_size=20)
+        await wait_for(lambda: exporter.state.reports_total == 8000, 60, "everything, merged")
+        await wait_for(
+            lambda: len(first.state.partitions) == 4, 30, "the first worker to own every partition"
+        )
+        clean = await oracle(collection, broker.bootstrap_servers, tmp_path)
+        assert exporter.state.all_stats() == clean.all_stats()
+        await wait_for(lambda: exporter.exporter.snapshot is not None, 10, "a refit")
+        await wait_for(
+            lambda: exporter.exporter.snapshot.fits["all"].n_reports == 8000,  # type: ignore[union-attr]
+            10,
+            "a refit of everything",
+        )
+        samples = await asyncio.to_thread(scrape, exporter.bound_port)  # type: ignore[arg-type]
+        name = (("collection", collection.name),)
+        assert samples[("kvldp_reports_total", name)] == 8000
+        assert samples[("kvldp_last_checkpoint_timestamp_seconds", name)] > 0
+        assert any(key[0] == "kvldp_frequency" for key in samples)
+    finally:
+        for stop, task in runners:
+            stop.set()
+            if not task.done():
+                await task
+
+
+@pytest.mark.asyncio
+async def test_a_worker_of_a_budgeted_collection_needs_the_shared_ledger_key(
+    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KVLDP_LEDGER_KEY", raising=False)
+    collection = unique_collection("kvue", 3, max_reports_per_device=1)
+    with pytest.raises(KvldpError, match="KVLDP_LEDGER_KEY"):
+        worker(collection, broker.bootstrap_servers)
+    monkeypatch.setenv("KVLDP_LEDGER_KEY", "shared secret")
+    assert worker(collection, broker.bootstrap_servers).ledger_key == b"shared secret"
+
+
+class FakeRecord:
+    def __init__(self, partition: int, resets: int, offset: int, value: bytes, ts: int = 0) -> None:
+        self.key = str(partition).encode()
+        self.value = value
+        self.timestamp = ts
+        self.headers = [("resets", str(resets).encode()), ("next_offset", str(offset).encode())]
+
+
+def test_the_current_snapshot_is_the_greatest_epoch_then_offset_never_the_last_written() -> None:
+    snapshots = Snapshots()
+    assert snapshots.take([FakeRecord(0, 0, 10, b"a"), FakeRecord(1, 0, 5, b"b")]) == {0, 1}
+    # a late "zombie" snapshot of partition 0 at a lower offset does not move it backwards
+    assert snapshots.take([FakeRecord(0, 0, 7, b"zombie")]) == set()
+    assert snapshots[0].value == b"a"
+    # ties: the newest wins; a new epoch beats any offset of the old one
+    assert snapshots.take([FakeRecord(0, 0, 10, b"a2"), FakeRecord(1, 1, 0, b"reset")]) == {0, 1}
+    assert (snapshots[0].value, snapshots[1].value) == (b"a2", b"reset")
+    # foreign records on the topic are ignored
+    junk = FakeRecord(2, 0, 1, b"x")
+    junk.headers = []
+    assert snapshots.take([junk]) == set() and 2 not in snapshots
+
+
+def test_a_snapshot_decodes_only_as_its_own_partition_of_its_own_collection() -> None:
+    collection = unique_collection("kvue", 3)
+    state = AggregatorState(collection).partition(2)
+    state.next_offset = 42
+    data = encode(collection, 2, state)
+    assert decode(collection, 2, data).next_offset == 42
+    with pytest.raises(KvldpError, match="holds partitions"):
+        decode(collection, 1, data)
+    with pytest.raises(KvldpError):
+        decode(unique_collection("kvue", 4), 2, data)
+    with pytest.raises(KvldpError, match=r"corrupt|msgpack"):
+        decode(collection, 2, data[: len(data) // 2])
