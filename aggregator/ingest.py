@@ -19,7 +19,7 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from aggregator.ledger import Ledger, deduplicate, device_hashes
+from aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, deduplicate, device_hashes
 from aggregator.state import AggregatorState
 from common.primitives import IntArray
 from common.schema import ReportBatch
@@ -117,24 +117,23 @@ def plan(
         messages, counts = np.unique(decoded.message[keep], return_counts=True)
         if messages.size:
             ledger = ledger.copy()
-            admitted = ledger.charge(
+            outcome = ledger.charge(
                 timestamps[messages] // (config.budget_window_s * 1000),
                 device_hashes(ledger_key, [fresh[int(m)].key for m in messages]),
                 counts.astype(np.int64),
                 config.max_reports_per_device,
             )
-            for m in messages[~admitted]:
+            limit = config.max_reports_per_device
+            for m, code in zip(messages[outcome != ADMITTED], outcome[outcome != ADMITTED], strict=True):
                 r = fresh[int(m)]
-                rejected.append(
-                    Rejected(
-                        r.offset,
-                        r.key,
-                        r.value,
-                        "budget_exceeded",
-                        f"device over {config.max_reports_per_device} reports per budget window",
-                    )
+                detail = (
+                    f"device over {limit} reports per budget window"
+                    if code == OVER_BUDGET
+                    else "record timestamp in a budget window that is already closed"
                 )
-            keep &= ~np.isin(decoded.message, messages[~admitted])
+                rejected.append(Rejected(r.offset, r.key, r.value, "budget_exceeded", detail))
+            keep &= ~np.isin(decoded.message, messages[outcome != ADMITTED])
+    rejected.sort(key=lambda r: r.offset)
     reports = {k: v[keep] for k, v in decoded.reports.items()}
     buckets = state.buckets_of(timestamps[decoded.message[keep]])
     return Plan(

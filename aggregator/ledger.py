@@ -3,17 +3,18 @@ privacy-budget ledger. Both are part of the checkpointed partition state, so a c
 cannot reset them, and both are vectorised over a fetch (no Python loop per report).
 
 **De-duplication.** A device may tag every report with a random 64-bit ``rid``. A
-report whose id is among the last ``dedup_horizon`` ids of its partition (or repeated
-within the fetch) is dropped and counted as a duplicate. Device resends land in the
+report whose id occurs among the ``dedup_horizon`` id-tagged reports before it in its
+partition is dropped and counted as a duplicate. Device resends land in the
 same partition because reports are keyed by device id. Reports without an id cannot be
 told from fresh ones and are always folded.
 
 **Budget ledger.** With ``max_reports_per_device`` set, each message is charged to its
 Kafka key — the device id — in the budget window of its record timestamp. A message
 whose reports would take its device past the limit goes to the dead-letter topic as
-``budget_exceeded`` (a gateway batch is charged whole to its key). The ledger stores
-only ``HMAC-SHA256(ledger key, device id)[:8]``, never device ids, and keeps the current
-and the previous window.
+``budget_exceeded`` (a gateway batch is charged whole to its key); see
+:meth:`Ledger.charge` for the exact rule. The ledger stores only
+``HMAC-SHA256(ledger key, device id)[:8]``, never device ids, and keeps the current and
+the previous window.
 """
 
 from __future__ import annotations
@@ -30,26 +31,26 @@ U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
 
-def first_occurrences(rids: U64) -> NDArray[np.bool_]:
-    """True where a non-zero id appears for the first time in ``rids`` (zeros are kept)."""
-    keep = np.ones(rids.shape[0], dtype=bool)
-    tagged = np.flatnonzero(rids != 0)
-    if tagged.size:
-        _, first = np.unique(rids[tagged], return_index=True)
-        mask = np.zeros(tagged.size, dtype=bool)
-        mask[first] = True
-        keep[tagged] = mask
-    return keep
-
-
 def deduplicate(rids: U64, recent: U64, horizon: int) -> tuple[NDArray[np.bool_], U64]:
-    """(reports to keep, the new recent-id ring). ``recent`` lists ids oldest first."""
+    """(reports to keep, the new ``recent``): a report whose non-zero id occurs among the
+    ``horizon`` id-tagged reports before it in its partition is a duplicate.
+
+    ``recent`` holds the partition's last ``horizon`` tagged ids, oldest first. The rule
+    looks back a fixed number of tagged reports, so it gives the same answer however the
+    stream is cut into fetches; vectorised by sorting ids with their positions.
+    """
+    keep = np.ones(rids.shape[0], dtype=bool)
     if horizon <= 0:
-        return np.ones(rids.shape[0], dtype=bool), recent
-    keep = first_occurrences(rids) & ~((rids != 0) & np.isin(rids, recent))
-    fresh = rids[keep & (rids != 0)]
-    updated = np.concatenate([recent, fresh])[-horizon:] if fresh.size else recent
-    return keep, updated.astype(np.uint64)
+        return keep, recent
+    tagged = np.flatnonzero(rids != 0)
+    sequence = np.concatenate([recent, rids[tagged]]).astype(np.uint64)
+    order = np.argsort(sequence, kind="stable")
+    repeat = np.flatnonzero(sequence[order][1:] == sequence[order][:-1]) + 1
+    previous = np.full(sequence.shape[0], -(horizon + 1), dtype=np.int64)
+    previous[order[repeat]] = order[repeat - 1]
+    duplicate = np.arange(sequence.shape[0]) - previous <= horizon
+    keep[tagged[duplicate[recent.shape[0] :]]] = False
+    return keep, sequence[-horizon:]
 
 
 def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
@@ -61,6 +62,10 @@ def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
     return out
 
 
+#: outcomes of :meth:`Ledger.charge`
+ADMITTED, OVER_BUDGET, WINDOW_CLOSED = 0, 1, 2
+
+
 @dataclass
 class Ledger:
     """Reports charged per hashed device, per budget window (the latest two windows)."""
@@ -70,18 +75,29 @@ class Ledger:
     def copy(self) -> Ledger:
         return Ledger({w: (k.copy(), c.copy()) for w, (k, c) in self.windows.items()})
 
-    def charge(self, windows: I64, devices: U64, reports: I64, limit: int) -> NDArray[np.bool_]:
-        """Charge messages in order; returns which were within budget (and records them).
+    def charge(self, windows: I64, devices: U64, reports: I64, limit: int) -> NDArray[np.int8]:
+        """Charge messages in order; returns each one's outcome (``ADMITTED``, ...).
 
-        A message is admitted when the device's reports in that window, counting every
-        earlier message of this fetch (admitted or not), stay within ``limit``.
+        The rule is sequential, so it gives the same answer however the stream is cut
+        into fetches (the live run, a restart, the replay oracle agree exactly):
+
+        * every message is charged to its device and window, admitted or not; a message
+          is admitted when the device's charged total, this message included, stays
+          within ``limit`` (so a device that tried to overspend stays refused for the
+          rest of the window, and never more than ``limit`` reports are folded);
+        * a message whose window is older than the one before the latest window seen
+          so far in the partition is refused (``WINDOW_CLOSED``): the ledger only keeps
+          two windows, and a forged old timestamp must not buy a fresh budget.
         """
-        admitted = np.zeros(devices.shape[0], dtype=bool)
-        for window in np.unique(windows):
-            rows = np.flatnonzero(windows == window)
+        outcome = np.full(devices.shape[0], OVER_BUDGET, dtype=np.int8)
+        latest = max(self.windows, default=int(windows.min()) if windows.size else 0)
+        seen_before = np.maximum.accumulate(np.r_[latest, windows])[:-1]
+        is_open = windows >= seen_before - 1
+        outcome[~is_open] = WINDOW_CLOSED
+        for window in np.unique(windows[is_open]):
+            rows = np.flatnonzero((windows == window) & is_open)
             keys, counts = self.windows.get(int(window), (np.zeros(0, np.uint64), np.zeros(0, np.int64)))
-            dev = devices[rows]
-            uniq, inverse = np.unique(dev, return_inverse=True)
+            uniq, inverse = np.unique(devices[rows], return_inverse=True)
             before = np.zeros(uniq.shape[0], dtype=np.int64)
             if keys.size:
                 pos = np.minimum(np.searchsorted(keys, uniq), keys.size - 1)
@@ -91,19 +107,18 @@ class Ledger:
             order = np.argsort(inverse, kind="stable")
             sizes = reports[rows][order]
             group = inverse[order]
-            running = _group_cumsum(sizes, group)
-            ok = before[group] + running <= limit
-            admitted[rows[order]] = ok
-            spent = np.bincount(group, weights=np.where(ok, sizes, 0), minlength=uniq.size).astype(np.int64)
+            ok = before[group] + _group_cumsum(sizes, group) <= limit
+            outcome[rows[order[ok]]] = ADMITTED
+            spent = np.bincount(group, weights=sizes, minlength=uniq.size).astype(np.int64)
             merged_keys = np.union1d(keys, uniq)
             merged = np.zeros(merged_keys.shape[0], dtype=np.int64)
             merged[np.searchsorted(merged_keys, keys)] += counts
             merged[np.searchsorted(merged_keys, uniq)] += spent
             self.windows[int(window)] = (merged_keys.astype(np.uint64), merged)
-        latest = max(self.windows, default=0)
-        for window in [w for w in self.windows if w < latest - 1]:
+        newest = max(self.windows, default=0)
+        for window in [w for w in self.windows if w < newest - 1]:
             del self.windows[window]
-        return admitted
+        return outcome
 
 
 def _group_cumsum(values: I64, groups: I64) -> I64:

@@ -96,9 +96,9 @@ def _integer_bounds(f: Field) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Decoded:
-    """The reports of a list of messages: the valid ones as one columnar batch, with
-    ``message`` giving the index of the message each report came from and ``rids`` its
-    report id (0 = none), and the rejected messages as (index, reason, detail)."""
+    """The reports of a list of messages: the valid ones as one columnar batch in message
+    order, with ``message`` giving the index of the message each report came from and
+    ``rids`` its report id (0 = none), and the rejected messages as (index, reason, detail)."""
 
     reports: ReportBatch
     message: NDArray[np.int64]
@@ -369,6 +369,10 @@ class WireFormat:
                 columns = {k: v[keep] for k, v in columns.items()}
                 message = message[keep]
                 rids = rids[keep]
+        if singles and batches:  # singles were assembled before batches: restore message order
+            order = np.argsort(message, kind="stable")
+            columns = {k: v[order] for k, v in columns.items()}
+            message, rids = message[order], rids[order]
         rejected.sort()
         return Decoded(reports=columns, message=message, rids=rids, rejected=rejected)
 
