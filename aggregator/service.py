@@ -122,6 +122,7 @@ class Aggregator:
         self._dlq: AIOKafkaProducer | None = None
         self._save_lock = asyncio.Lock()
         self._fatal: Exception | None = None
+        self._partition_warnings: set[int] = set()
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
@@ -147,6 +148,7 @@ class Aggregator:
             heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
             session_timeout_ms=6_000,
             max_partition_fetch_bytes=4 << 20,
+            metadata_max_age_ms=5_000,  # notice a vanished or recreated topic within seconds
         )
         if self.role == "worker":
             self.snapshots = StateTopic(self.collection, self.bootstrap_servers)
@@ -257,6 +259,33 @@ class Aggregator:
         if self._consumer is not None and tp in self._consumer.assignment():
             self._consumer.seek(tp, 0)
 
+    async def _check_topics(self) -> None:
+        """An in-memory broker that restarted (or an operator) may have dropped our topics:
+        create them again so devices and the consumer group resume by themselves. A
+        broker may also have auto-created the reports topic with its own partition count:
+        every partition is folded anyway, but say so (devices now map to other partitions,
+        so their de-duplication and budget history starts afresh)."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        partitions = consumer.partitions_for_topic(self.collection.reports_topic)
+        if not partitions:
+            created = await ensure_topics(
+                self.bootstrap_servers, self.collection, state=self.role == "worker"
+            )
+            if created:
+                self.log(
+                    f"topics {', '.join(created)} were missing (broker restarted or topics deleted): created them"
+                )
+            return
+        wanted = self.collection.aggregate.partitions
+        if len(partitions) != wanted and len(partitions) not in self._partition_warnings:
+            self._partition_warnings.add(len(partitions))
+            self.log(
+                f"{self.collection.reports_topic} has {len(partitions)} partitions, the collection says {wanted} "
+                "(auto-created by the broker? disable auto.create.topics.enable); folding all of them"
+            )
+
     async def _check_resets(self) -> None:
         """A partition that now ends below our next offset was reset."""
         consumer = self._consumer
@@ -332,6 +361,7 @@ class Aggregator:
                         await consumer.commit(mine)
 
     async def _housekeeping(self) -> None:
+        await self._check_topics()
         await self._check_resets()
         if self.role == "all":
             await self.exporter.refresh(self.state)

@@ -462,3 +462,53 @@ def load_collection(path: str | Path) -> Collection:
     except tomllib.TOMLDecodeError as exc:
         raise InvalidCollection(f"{p}: not valid TOML: {exc}") from None
     return parse_collection(table, source=str(p))
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a valid TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {value!r} as TOML")
+
+
+def collection_table(collection: Collection) -> dict[str, Any]:
+    """The collection as a table that :func:`parse_collection` turns back into it."""
+    agg = collection.aggregate
+    default_keys = collection.keys == tuple(f"k{i}" for i in range(collection.d))
+    table: dict[str, Any] = {
+        "name": collection.name,
+        "mechanism": collection.mechanism_name,
+        "epsilon": collection.epsilon,
+        **({"key_count": collection.d} if default_keys else {"keys": list(collection.keys)}),
+        "value_range": list(collection.value_range),
+        "clip_values": collection.clip_values,
+        "params": dict(collection.params),
+        "aggregate": {
+            "refit_interval_s": agg.refit_interval_s,
+            "estimators": list(agg.estimators),
+            "windows": [w.name for w in agg.windows],
+            "conditions": list(agg.conditions),
+            "partitions": agg.partitions,
+            "max_message_bytes": agg.max_message_bytes,
+            "max_report_age_s": agg.max_report_age_s,
+            "max_clock_skew_s": agg.max_clock_skew_s,
+            "dedup_horizon": agg.dedup_horizon,
+            "max_reports_per_device": agg.max_reports_per_device,
+            "budget_window": f"{agg.budget_window_s}s",
+        },
+    }
+    return table
+
+
+def collection_toml(collection: Collection) -> str:
+    """The collection as a TOML file (for child processes and for users' records)."""
+    table = collection_table(collection)
+    lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for section in ("params", "aggregate"):
+        lines += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table[section].items()]
+    return "\n".join(lines) + "\n"

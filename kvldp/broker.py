@@ -46,7 +46,10 @@ def free_port(host: str = HOST) -> int:
 
 
 def port_in_use(port: int, host: str = HOST) -> bool:
+    """Whether a server listens on the port (connections of a server that just stopped,
+    lingering in TIME_WAIT, do not count: servers bind with SO_REUSEADDR)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError:

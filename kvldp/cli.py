@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +24,7 @@ from common.mechanisms import create, get, names
 from common.params import parse_assignments
 from kvldp import bench
 from kvldp.evaluate import evaluate
+from kvldp.reliability import NAMES as SCENARIO_NAMES
 from producer import datasets
 
 
@@ -109,6 +111,23 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     text = "\n".join(f"{k}: {v}" for k, v in result.items())
     _emit(result, args.json, text)
     return 0
+
+
+def cmd_bench_reliability(args: argparse.Namespace) -> int:
+    from kvldp.reliability.runner import rows, run_scenarios
+
+    keep = Path(args.keep) if args.keep else None
+    table = rows(run_scenarios(args.scenario or list(SCENARIO_NAMES), args.scale, keep), args.scale)
+    if args.json:
+        print(json.dumps(table, indent=1, default=str))
+    else:
+        print(bench.format_table(table, ["scenario", "scale", "passed", "seconds"]))
+        for row in table:
+            figures = ", ".join(f"{k}={v}" for k, v in row["figures"].items())
+            print(f"\n{row['scenario']}: {figures}")
+            for failure in row["failures"]:
+                print(f"  FAILED: {failure}")
+    return 0 if all(row["passed"] for row in table) else 1
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -221,6 +240,20 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+    b = bsub.add_parser(
+        "reliability",
+        help="crash, rebalance, resend, hostile-input and broker-restart scenarios against their oracles",
+    )
+    b.add_argument(
+        "--scenario", action="append", choices=SCENARIO_NAMES, help="run only this one (repeatable)"
+    )
+    b.add_argument(
+        "--scale", choices=("fast", "full"), default="full", help="full: the figures of docs/reliability.md"
+    )
+    b.add_argument("--keep", metavar="DIR", help="keep logs, recordings and checkpoints here")
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_reliability)
 
     p = sub.add_parser(
         "demo", help="embedded broker + simulated devices + aggregator + metrics, with a live table"

@@ -7,29 +7,23 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
-import msgpack
 import numpy as np
 import pytest
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka import AIOKafkaProducer
 
 from aggregator.service import Aggregator
 from aggregator.state import CheckpointStore
-from common.wire import REASONS, WireFormat
 from kvldp.broker import EmbeddedBroker
 from producer import simulate
 from producer.collector import Collector
 from producer.recording import record, replay
 from tests.pipeline_support import (
     collection_toml,
-    eventually,
-    oracle,
     scrape,
     unique_collection,
     wait_for,
@@ -90,161 +84,6 @@ async def test_end_to_end_estimates_within_five_standard_errors(
     assert ("kvldp_last_refit_timestamp_seconds", labels()) in samples
     assert ("kvldp_em_iterations", labels(window="all")) in samples
     assert samples[("kvldp_refit_duration_seconds_count", labels())] >= 1
-
-
-def aggregator_process(
-    collection_file: Path, bootstrap: str, state_dir: Path
-) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "kvldp",
-            "aggregate",
-            "--collection",
-            str(collection_file),
-            "--bootstrap-servers",
-            bootstrap,
-            "--state-dir",
-            str(state_dir),
-            "--metrics-port",
-            "0",
-            "--refit-interval",
-            "0.5",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    assert line.startswith("metrics=http://127.0.0.1:"), line
-    return proc, int(line.rsplit(":", 1)[1].split("/")[0])
-
-
-def folded_total(port: int) -> float:
-    try:
-        samples = scrape(port)
-    except OSError:
-        return -1.0
-    return next((v for (name, _), v in samples.items() if name == "kvldp_reports_total"), -1.0)
-
-
-async def test_sigkill_three_times_then_state_equals_a_clean_run(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    """The aggregator (a subprocess with --state-dir) is SIGKILLed at three random moments
-    while devices publish; after restarts its integer state equals one clean pass."""
-    collection = unique_collection("pckv_ue", 8)
-    toml = collection_toml(collection, tmp_path / "c.toml")
-    state_dir = tmp_path / "state"
-    total = 40_000
-    users = simulate.simulate(collection, "uniform", total, seed=5)
-    rng = random.Random(5)
-    proc, port = aggregator_process(toml, broker.bootstrap_servers, state_dir)
-    kills = []
-    try:
-        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
-            publisher = asyncio.create_task(
-                sdk.publish_users(users, simulate.device_ids(total), batch_size=20, rate=total / 8.0)
-            )
-            for _ in range(3):
-                await asyncio.sleep(rng.uniform(1.0, 2.5))
-                kills.append(await asyncio.to_thread(folded_total, port))
-                proc.send_signal(signal.SIGKILL)
-                proc.wait()
-                assert proc.stdout is not None
-                proc.stdout.close()
-                proc, port = aggregator_process(toml, broker.bootstrap_servers, state_dir)
-            await publisher
-        await eventually(
-            lambda: asyncio.to_thread(lambda: folded_total(port) == total), 90, "every report folded"
-        )
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=30)
-        assert proc.stdout is not None
-        proc.stdout.close()
-    assert len(kills) == 3 and all(k < total for k in kills), kills  # the kills really were mid-stream
-    final = CheckpointStore(state_dir, collection).load()
-    assert final is not None
-    clean = await oracle(collection, broker.bootstrap_servers, tmp_path)
-    assert final.reports_total == clean.reports_total == total
-    assert final.all_stats() == clean.all_stats()
-
-
-def malformed_messages(wire: WireFormat, count: int, rng: np.random.Generator) -> list[bytes]:
-    env = dict(wire.envelope)
-    good = wire.encode_report({"j": 0, "s": 1})
-    makers = [
-        lambda i: good[: 1 + i % (len(good) - 1)],  # truncated
-        lambda i: good + bytes([i % 256]),  # trailing bytes
-        lambda i: msgpack.packb({**env, "col": f"other{i}", "j": 0, "s": 1}),
-        lambda i: msgpack.packb({**env, "cfg": (env["cfg"] + 1 + i) % 2**32, "j": 0, "s": 1}),
-        lambda i: msgpack.packb({**env, "j": wire.collection.d + i, "s": 1}),
-        lambda i: msgpack.packb({**env, "j": 0, "s": "x" * (i % 5 + 1)}),
-        lambda i: bytes(rng.integers(0, 256, size=1 + i % 40, dtype=np.uint8)),
-        lambda i: b"\x00" * (wire.cap + 1 + i),
-    ]
-    return [makers[i % len(makers)](i) for i in range(count)]
-
-
-async def test_malformed_messages_go_to_the_dlq_and_change_nothing(
-    broker: EmbeddedBroker, tmp_path: Path
-) -> None:
-    collection = unique_collection("kvue", 5)
-    wire = WireFormat(collection)
-    rng = np.random.default_rng(9)
-    bad = malformed_messages(wire, 1000, rng)
-    users = simulate.simulate(collection, "gaussian", 6000, seed=9)
-    agg = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
-    stop, task = await start_aggregator(agg)
-    producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap_servers, max_request_size=4 << 20)
-    await producer.start()
-    try:
-        async with Collector(collection, broker.bootstrap_servers, rng=rng) as sdk:
-            for i in range(0, 6000, 600):
-                await sdk.publish_users(users.rows(i, i + 600), simulate.device_ids(600), batch_size=1)
-                for value in bad[i // 6 : i // 6 + 100]:
-                    await producer.send(collection.reports_topic, value=value, key=b"attacker")
-        await producer.flush()
-        await wait_for(
-            lambda: agg.state.reports_total == 6000 and sum(agg.state.rejected_totals().values()) == 1000,
-            60,
-            "valid reports folded and malformed ones rejected",
-        )
-        assert not task.done()  # alive
-    finally:
-        await producer.stop()
-        stop.set()
-        await task
-    dlq = AIOKafkaConsumer(
-        collection.dlq_topic,
-        bootstrap_servers=broker.bootstrap_servers,
-        auto_offset_reset="earliest",
-        enable_auto_commit=False,
-    )
-    await dlq.start()
-    letters = []
-    try:
-        while len(letters) < 1000:
-            fetched = await dlq.getmany(timeout_ms=2000)
-            if not fetched:
-                break
-            for records in fetched.values():
-                letters.extend(records)
-    finally:
-        await dlq.stop()
-    assert len(letters) == 1000
-    assert Counter(r.value for r in letters) == Counter(bad)  # original bytes, each exactly once
-    for r in letters:
-        headers = dict(r.headers)
-        assert headers["reason"].decode() in REASONS
-        assert headers["source_topic"].decode() == collection.reports_topic
-        assert int(headers["source_offset"]) >= 0 and headers["detail"]
-    assert agg.state.rejected_totals() == Counter(dict(r.headers)["reason"].decode() for r in letters)
-    clean = await oracle(collection, broker.bootstrap_servers, tmp_path)
-    assert agg.state.all_stats() == clean.all_stats()
 
 
 async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics(

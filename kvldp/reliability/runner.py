@@ -1,0 +1,42 @@
+"""``kvldp bench reliability``: run scenarios on an embedded broker, report the figures."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from kvldp.broker import EmbeddedBroker
+from kvldp.reliability.scenarios import SCALES, Outcome, run
+
+
+def run_scenarios(names: list[str], scale: str, keep: Path | None = None) -> list[tuple[Outcome, float]]:
+    """Each scenario in turn, with its wall time; logs and recordings go to ``keep``
+    (else to a temporary directory that is removed)."""
+    results = []
+    with tempfile.TemporaryDirectory(prefix="kvldp-reliability-") as tmp, EmbeddedBroker(0) as broker:
+        root = keep or Path(tmp)
+        for name in names:
+            workdir = root / name
+            workdir.mkdir(parents=True, exist_ok=True)
+            started = time.monotonic()
+            outcome = asyncio.run(run(name, scale, workdir, broker.bootstrap_servers))
+            results.append((outcome, time.monotonic() - started))
+    return results
+
+
+def rows(results: list[tuple[Outcome, float]], scale: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "scenario": o.name,
+            "scale": scale,
+            "passed": o.passed,
+            "seconds": round(seconds, 1),
+            "failures": o.failures,
+            "figures": o.figures,
+            "parameters": SCALES[scale][o.name],
+        }
+        for o, seconds in results
+    ]
