@@ -339,6 +339,9 @@ class Aggregator:
                 return
             self._dirty -= changed
             started = time.perf_counter()
+            # the offsets and the state they belong to, taken at one instant (folds go on
+            # during the awaits below): the commit never runs ahead of what was saved
+            offsets = {p: self.state.partition(p).next_offset for p in changed}
             try:
                 if self.store is not None:
                     await asyncio.to_thread(self.store.save, self.state.to_bytes())
@@ -351,11 +354,12 @@ class Aggregator:
                 self.exporter.checkpointed(time.perf_counter() - started)
             consumer = self._consumer
             if consumer is not None:
-                offsets = {
-                    TopicPartition(self.collection.reports_topic, p): self.state.partition(p).next_offset
-                    for p in changed
+                topic = self.collection.reports_topic
+                mine = {
+                    TopicPartition(topic, p): o
+                    for p, o in offsets.items()
+                    if TopicPartition(topic, p) in consumer.assignment() and o > 0
                 }
-                mine = {tp: o for tp, o in offsets.items() if tp in consumer.assignment() and o > 0}
                 if mine:
                     with contextlib.suppress(CommitFailedError, KafkaError):
                         await consumer.commit(mine)

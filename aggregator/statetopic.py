@@ -112,15 +112,20 @@ class StateTopic:
         await self._producer.stop()
 
     async def publish(self, snapshots: dict[int, PartitionState]) -> None:
-        """Send every snapshot and wait until the broker acknowledged all of them."""
-        futures = []
-        for p, s in snapshots.items():
-            headers = [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())]
-            futures.append(
-                await self._producer.send(
-                    self.topic, key=str(p).encode(), value=encode(self.collection, p, s), headers=headers
-                )
+        """Send every snapshot and wait until the broker acknowledged all of them. All are
+        encoded before the first await, so they show the state at the moment of the call."""
+        records = [
+            (
+                str(p).encode(),
+                encode(self.collection, p, s),
+                [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())],
             )
+            for p, s in snapshots.items()
+        ]
+        futures = [
+            await self._producer.send(self.topic, key=key, value=value, headers=headers)
+            for key, value, headers in records
+        ]
         for future in futures:
             await future
 

@@ -114,10 +114,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_bench_reliability(args: argparse.Namespace) -> int:
-    from kvldp.reliability.runner import rows, run_scenarios
+    from kvldp.reliability.runner import markdown, rows, run_scenarios
 
     keep = Path(args.keep) if args.keep else None
     table = rows(run_scenarios(args.scenario or list(SCENARIO_NAMES), args.scale, keep), args.scale)
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(table))
     if args.json:
         print(json.dumps(table, indent=1, default=str))
     else:
@@ -252,6 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scale", choices=("fast", "full"), default="full", help="full: the figures of docs/reliability.md"
     )
     b.add_argument("--keep", metavar="DIR", help="keep logs, recordings and checkpoints here")
+    b.add_argument("--markdown", metavar="PATH", help="also write the figures as Markdown")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_reliability)
 

@@ -214,6 +214,57 @@ def build() -> dict[str, Any]:
             "Mean of the key among devices meeting the condition; A estimate, B standard error.",
             transformations=merge,
         ),
+        _panel(
+            12,
+            "Duplicates dropped and topic resets",
+            "timeseries",
+            (0, 43, 8, 7),
+            [
+                _target(
+                    f"sum by (collection) (increase(kvldp_duplicates_total{{{SEL}}}[5m]))",
+                    "duplicates/5m {{collection}}",
+                    "A",
+                ),
+                _target(
+                    f"sum by (collection) (kvldp_topic_resets_total{{{SEL}}})", "resets {{collection}}", "B"
+                ),
+            ],
+            "Resent reports counted once thanks to their report ids; input partitions found reset "
+            "(a broker that lost its data, a recreated topic) — see docs/reliability.md.",
+        ),
+        _panel(
+            13,
+            "Checkpoints",
+            "timeseries",
+            (8, 43, 8, 7),
+            [
+                _target(
+                    "histogram_quantile(0.9, sum by (collection, le) "
+                    f"(rate(kvldp_checkpoint_duration_seconds_bucket{{{SEL}}}[5m])))",
+                    "p90 duration {{collection}}",
+                    "A",
+                ),
+                _target(
+                    f"time() - max by (collection) (kvldp_last_checkpoint_timestamp_seconds{{{SEL}}})",
+                    "age {{collection}}",
+                    "B",
+                ),
+            ],
+            "Seconds per checkpoint (file or state-topic snapshot), and since the last one: what a "
+            "crash would make the aggregator re-read.",
+            "s",
+        ),
+        _panel(
+            14,
+            "Privacy budget per device and window (ε)",
+            "stat",
+            (16, 43, 8, 7),
+            [_target(f"kvldp_privacy_budget_epsilon{{{SEL}}}", "{{collection}}", "A")],
+            "ε x max_reports_per_device: the most a device can spend per budget window "
+            "(collections with a budget ledger).",
+            "short",
+            {"reduceOptions": {"calcs": ["lastNotNull"]}},
+        ),
     ]
     return {
         "uid": "kvldp",

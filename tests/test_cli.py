@@ -153,3 +153,26 @@ def test_console_entry_point_reports_errors_without_traceback() -> None:
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "ell" in proc.stderr
+
+
+def test_scale_out_roles_keep_no_state_dir(capsys: pytest.CaptureFixture[str]) -> None:
+    for role in ("worker", "exporter"):
+        code, _, err = run(
+            capsys,
+            "aggregate",
+            "--collection",
+            "deploy/collections/demo.toml",
+            "--bootstrap-servers",
+            "127.0.0.1:1",
+            "--role",
+            role,
+            "--state-dir",
+            "somewhere",
+        )
+        assert code != 0 and "kvldp.demo.state" in err and len(err.strip().splitlines()) == 1
+
+
+def test_bench_reliability_names_its_scenarios(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "reliability", "--scenario", "nope"])
+    assert "crash_recovery" in capsys.readouterr().err

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
-from common.collection import InvalidCollection, load_collection, parse_collection
+from common.collection import (
+    InvalidCollection,
+    collection_table,
+    collection_toml,
+    load_collection,
+    parse_collection,
+)
 
 BASE: dict[str, Any] = {
     "name": "shop",
@@ -99,3 +106,11 @@ def test_load_collection_errors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", sorted(Path("deploy/collections").glob("*.toml")))
 def test_shipped_collections_are_valid(path: Path) -> None:
     assert load_collection(path).name
+
+
+@pytest.mark.parametrize("path", sorted(Path("deploy/collections").glob("*.toml")))
+def test_a_collection_written_as_toml_reads_back_the_same(path: Path) -> None:
+    original = load_collection(path)
+    again = parse_collection(tomllib.loads(collection_toml(original)))
+    assert collection_table(again) == collection_table(original)
+    assert again.digest == original.digest

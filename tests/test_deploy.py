@@ -84,7 +84,7 @@ def test_dependencies_and_health_checks() -> None:
             assert dep in SERVICES, f"{name} depends on unknown {dep}"
             if rule["condition"] == "service_healthy":
                 assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep}'s health, which has no check"
-    for name in ("kafka", "aggregator", "aggregator-checkout", "prometheus", "grafana"):
+    for name in ("kafka", "aggregator", "checkout-worker", "checkout-exporter", "prometheus", "grafana"):
         assert "healthcheck" in SERVICES[name], name
 
 
@@ -93,9 +93,12 @@ def test_collections_topics_and_scrape_targets_agree() -> None:
     assert len(aggregators) >= 2
     init = " ".join(command_args(SERVICES["topics"]))
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
-    targets = {
-        t for job in prometheus["scrape_configs"] for cfg in job["static_configs"] for t in cfg["targets"]
-    }
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    targets = {t for cfg in jobs["kvldp"]["static_configs"] for t in cfg["targets"]}
+    workers = {f"{n}:{cfg['port']}" for cfg in jobs["kvldp-workers"]["dns_sd_configs"] for n in cfg["names"]}
+    # workers keep only their checkpoint timings (the exporter reports their statistics)
+    (keep,) = jobs["kvldp-workers"]["metric_relabel_configs"]
+    assert keep["action"] == "keep" and keep["regex"].startswith("kvldp_checkpoint_duration_seconds")
     for name, service in aggregators.items():
         path = option(service, "collection")
         assert path is not None and path.startswith("/collections/")
@@ -106,7 +109,16 @@ def test_collections_topics_and_scrape_targets_agree() -> None:
         )
         assert option(service, "bootstrap-servers") == "kafka:9092"
         assert option(service, "metrics-host") == "0.0.0.0"
-        assert f"{name}:{option(service, 'metrics-port')}" in targets
+        role = option(service, "role") or "all"
+        scraped = workers if role == "worker" else targets
+        assert f"{name}:{option(service, 'metrics-port')}" in scraped, name
+        if role == "all":
+            assert option(service, "state-dir") is not None, f"{name} would lose its state on restart"
+        else:  # scale-out keeps state in the compacted state topic
+            assert option(service, "state-dir") is None
+            assert f"--topic {collection.state_topic} " in init and "cleanup.policy=compact" in init
+    roles = {option(s, "role") for s in aggregators.values()}
+    assert {"worker", "exporter"} <= roles, "the stack shows scale-out"
     for service in SERVICES.values():
         if command_args(service)[:1] == ["produce"]:
             path = option(service, "collection")
@@ -132,7 +144,19 @@ def test_committed_dashboard_is_the_generated_one() -> None:
     names = {v["name"] for v in board["templating"]["list"]}
     assert names == {"collection", "window", "estimator"}
     titles = " / ".join(p["title"] for p in board["panels"]).lower()
-    for needed in ("rejected", "refit", "top keys", "mean per key", "conditional", "em iterations", "lag"):
+    for needed in (
+        "rejected",
+        "refit",
+        "top keys",
+        "mean per key",
+        "conditional",
+        "em iterations",
+        "lag",
+        "duplicates",
+        "resets",
+        "checkpoints",
+        "privacy budget",
+    ):
         assert needed in titles, needed
 
 

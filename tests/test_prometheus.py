@@ -27,6 +27,7 @@ import trustme
 
 from aggregator.exporter import HttpSecurity
 from aggregator.service import Aggregator
+from common.collection import Collection
 from kvldp import dashboard
 from kvldp.broker import EmbeddedBroker, free_port
 from producer import simulate
@@ -108,11 +109,21 @@ def variable_selectors(collections: str) -> list[tuple[str, str]]:
     return out
 
 
+async def keep_reporting(collection: Collection, bootstrap: str) -> None:
+    """A few reports every half second, from new devices, until cancelled."""
+    async with Collector(collection, bootstrap) as sdk:
+        for round_ in range(10_000):
+            await sdk.report_many([{"k0": 1.0}] * 5, [f"late-{round_}-{i}" for i in range(5)])
+            await asyncio.sleep(0.5)
+
+
 async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
     broker: EmbeddedBroker, prometheus_binary: str, tls: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
     ca_pem, cert_pem, key_pem = tls
-    plain = unique_collection("kvue", 5, estimators=["unbiased", "em", "normsub"], windows=["1m", "all"])
+    plain = unique_collection(
+        "kvue", 5, estimators=["unbiased", "em", "normsub"], windows=["1m", "all"], max_reports_per_device=100
+    )
     secured = unique_collection(
         "ioh_hrr", 4, estimators=["unbiased"], windows=["1m", "all"], conditions=["all_pairs"]
     )
@@ -120,7 +131,14 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
     (tmp_path / "password").write_text(password)
     security = HttpSecurity(str(cert_pem), str(key_pem), "prometheus", password)
     aggs = [
-        Aggregator(plain, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None),
+        Aggregator(
+            plain,
+            broker.bootstrap_servers,
+            metrics_port=0,
+            refit_interval=0.5,
+            log=lambda _: None,
+            state_dir=tmp_path / "state",  # checkpoint metrics
+        ),
         Aggregator(
             secured,
             broker.bootstrap_servers,
@@ -204,12 +222,17 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
         while not await both_up():
             assert time.monotonic() < deadline, "both targets up"
             await asyncio.sleep(0.5)
+        # devices keep reporting while Prometheus scrapes (checkpoints happen only when
+        # there is something new), then stop so the estimates settle for the comparison below
+        trickle = asyncio.create_task(keep_reporting(plain, broker.bootstrap_servers))
         await asyncio.sleep(6)  # several scrapes: rate() and histogram_quantile() need two samples
 
         collections = f"{plain.name}|{secured.name}"
         for expr in dashboard_expressions(collections):
             series = await asyncio.to_thread(promql, port, expr)
             assert finite(series), f"no finite series for {expr}: {series}"
+        trickle.cancel()
+        await asyncio.gather(trickle, return_exceptions=True)
         for selector, label in variable_selectors(collections):
             series = await asyncio.to_thread(promql, port, selector)
             assert series and all(label in s["metric"] for s in series), selector

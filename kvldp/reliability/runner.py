@@ -40,3 +40,30 @@ def rows(results: list[tuple[Outcome, float]], scale: str) -> list[dict[str, Any
         }
         for o, seconds in results
     ]
+
+
+def markdown(table: list[dict[str, Any]]) -> str:
+    """The figures of a run as the Markdown of ``docs/results/reliability.md``."""
+    lines = [
+        "# Reliability scenarios: figures of one run",
+        "",
+        "Written by `kvldp bench reliability --markdown docs/results/reliability.md` on the",
+        "embedded broker (2 cores shared by the broker, the aggregators and the producers).",
+        "Each scenario compares the aggregator's integer statistics with its oracles; see",
+        "`docs/reliability.md` for what each one does and checks.",
+        "",
+        "| scenario | scale | parameters | passed | wall seconds |",
+        "|---|---|---|---|---|",
+    ]
+    for row in table:
+        params = ", ".join(
+            f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in row["parameters"].items()
+        )
+        lines.append(
+            f"| `{row['scenario']}` | {row['scale']} | {params} | {'yes' if row['passed'] else 'NO'} | {row['seconds']} |"
+        )
+    for row in table:
+        lines += ["", f"## {row['scenario']}", ""]
+        lines += [f"- {k}: {v}" for k, v in row["figures"].items()]
+        lines += [f"- FAILED: {f}" for f in row["failures"]]
+    return "\n".join(lines) + "\n"
