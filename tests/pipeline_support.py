@@ -7,14 +7,14 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from common.collection import Collection, parse_collection
 from common.collection import collection_toml as to_toml
 from kvldp.reliability.oracle import replay_oracle as oracle
 from kvldp.reliability.processes import scrape
 
-__all__ = ["collection_toml", "eventually", "oracle", "scrape", "unique_collection", "wait_for"]
+__all__ = ["collection_toml", "eventually", "oracle", "scrape", "start", "unique_collection", "wait_for"]
 
 _counter = 0
 
@@ -51,6 +51,24 @@ async def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.1)
+
+
+class Runnable(Protocol):
+    """An aggregator or an exporter: runs until its stop event, binds a metrics port."""
+
+    bound_port: int | None
+
+    async def run(self, stop: asyncio.Event) -> None: ...
+
+
+async def start(runner: Runnable) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Start an in-process aggregator or exporter; return its stop event and task."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(runner.run(stop))
+    await wait_for(lambda: runner.bound_port is not None or task.done(), 30, "the aggregator to start")
+    if task.done():
+        await task
+    return stop, task
 
 
 async def eventually(fetch: Callable[[], Awaitable[bool]], timeout: float, what: str) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from common.kvdata import KVData
@@ -48,3 +50,13 @@ def population_for(name: str, n: int, d: int, rng: np.random.Generator) -> KVDat
     if single_key_mechanism(name):
         return single_key_population(n, d, rng)
     return multi_key_population(n, d, rng)
+
+
+@dataclass(frozen=True)
+class Rec:
+    """A Kafka record as the ingest path sees it (offset, timestamp, key, value)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter, deque
-from dataclasses import dataclass
 
 import msgpack
 import numpy as np
@@ -19,6 +18,7 @@ from aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, dedu
 from aggregator.state import AggregatorState
 from common.collection import Collection, parse_collection
 from common.wire import WireFormat
+from tests.support import Rec
 
 DAY_MS = 86_400_000
 
@@ -133,14 +133,6 @@ def test_device_hashes_are_keyed() -> None:
 
 
 # ---------------------------------------------------------------------- through plan()
-@dataclass(frozen=True)
-class Rec:
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-
-
 def stream(c: Collection, n: int, seed: int) -> list[Rec]:
     """Single and batch messages from a few devices, some resent, some with old ids."""
     wire = WireFormat(c)

@@ -25,20 +25,12 @@ from producer.recording import record, replay
 from tests.pipeline_support import (
     collection_toml,
     scrape,
+    start,
     unique_collection,
     wait_for,
 )
 
 pytestmark = pytest.mark.asyncio
-
-
-async def start_aggregator(agg: Aggregator) -> tuple[asyncio.Event, asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(agg.run(stop))
-    await wait_for(lambda: agg.bound_port is not None or task.done(), 30, "the aggregator to start")
-    if task.done():
-        await task
-    return stop, task
 
 
 @pytest.mark.parametrize("batch_size", [1, 100])
@@ -53,7 +45,7 @@ async def test_end_to_end_estimates_within_five_standard_errors(
     agg = Aggregator(
         collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
     )
-    stop, task = await start_aggregator(agg)
+    stop, task = await start(agg)
     try:
         async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(11)) as sdk:
             await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=batch_size)
@@ -92,7 +84,7 @@ async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics
     collection = unique_collection("pckv_grr", 7, windows=["1m", "1h", "all"])
     users = simulate.simulate(collection, "gaussian_pckv", 12_000, seed=3)
     first = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
-    stop, task = await start_aggregator(first)
+    stop, task = await start(first)
     async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(3)) as sdk:
         await sdk.publish_users(users.rows(0, 6000), simulate.device_ids(6000), batch_size=1)
         await sdk.publish_users(users.rows(6000, 12_000), simulate.device_ids(6000), batch_size=250)
@@ -106,7 +98,7 @@ async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics
     )
     with EmbeddedBroker(0) as fresh:
         second = Aggregator(collection, fresh.bootstrap_servers, metrics_port=0, log=lambda _: None)
-        stop2, task2 = await start_aggregator(second)
+        stop2, task2 = await start(second)
         assert await replay(path, fresh.bootstrap_servers) == 6024
         await wait_for(lambda: second.state.reports_total == 12_000, 60, "replayed reports folded")
         stop2.set()
@@ -206,7 +198,7 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
         assert message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
         assert done.stderr.strip().count("\n") == 0, done.stderr
     port_owner = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
-    stop, task = await start_aggregator(port_owner)
+    stop, task = await start(port_owner)
     try:
         busy = await asyncio.to_thread(
             run_cli,
@@ -260,7 +252,7 @@ async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -
     keys, values pass through value_range, bad input is refused before anything is sent."""
     collection = unique_collection("kvue", 3)
     agg = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
-    stop, task = await start_aggregator(agg)
+    stop, task = await start(agg)
     try:
         async with Collector(collection, broker.bootstrap_servers, device_id="phone-1") as sdk:
             await sdk.report({"k0": 2.5, "k2": 10.0})
@@ -300,7 +292,7 @@ async def test_a_reset_topic_starts_a_new_epoch(broker: EmbeddedBroker, tmp_path
         log=lines.append,
         refit_interval=0.5,
     )
-    stop, task = await start_aggregator(agg)
+    stop, task = await start(agg)
     try:
         async with Collector(collection, broker.bootstrap_servers) as sdk:
             await sdk.report_many([{"k0": 1.0}] * 5)
@@ -330,7 +322,7 @@ async def test_conditional_metrics_stream_end_to_end(
     agg = Aggregator(
         collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
     )
-    stop, task = await start_aggregator(agg)
+    stop, task = await start(agg)
     try:
         async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(21)) as sdk:
             await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=200)

@@ -18,16 +18,7 @@ from common.errors import KvldpError
 from kvldp.broker import EmbeddedBroker
 from producer import simulate
 from producer.collector import Collector
-from tests.pipeline_support import oracle, scrape, unique_collection, wait_for
-
-
-async def started(runner: Aggregator | MergedExporter) -> tuple[asyncio.Event, asyncio.Task[None]]:
-    stop = asyncio.Event()
-    task = asyncio.create_task(runner.run(stop))
-    await wait_for(lambda: runner.bound_port is not None or task.done(), 30, "start")
-    if task.done():
-        await task
-    return stop, task
+from tests.pipeline_support import oracle, scrape, start, unique_collection, wait_for
 
 
 def worker(collection: Collection, bootstrap: str) -> Aggregator:
@@ -46,7 +37,7 @@ async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
         collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.3, log=lambda _: None
     )
     first, second = worker(collection, broker.bootstrap_servers), worker(collection, broker.bootstrap_servers)
-    runners = [await started(exporter), await started(first), await started(second)]
+    runners = [await start(exporter), await start(first), await start(second)]
     try:
         async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
             await sdk.publish_users(users.rows(0, 4000), simulate.device_ids(4000), batch_size=20)

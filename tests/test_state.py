@@ -3,7 +3,6 @@ checkpoints round-trip and refuse another configuration."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +14,7 @@ from common.collection import parse_collection
 from common.kvdata import KVData
 from common.schema import row
 from common.wire import WireFormat
+from tests.support import Rec
 
 TABLE = {
     "name": "st",
@@ -24,14 +24,6 @@ TABLE = {
     "value_range": [0.0, 1.0],
     "aggregate": {"windows": ["10s", "1m", "all"]},
 }
-
-
-@dataclass(frozen=True)
-class Rec:
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
 
 
 def records(n: int, start_offset: int, ts: int, seed: int) -> list[Rec]:

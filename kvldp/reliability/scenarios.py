@@ -40,7 +40,7 @@ from kvldp.broker import EmbeddedBroker, free_port
 from kvldp.reliability import NAMES
 from kvldp.reliability.hostile import ANY, HostileFactory
 from kvldp.reliability.oracle import replay_oracle
-from kvldp.reliability.processes import AggregatorProcess, total
+from kvldp.reliability.processes import AggregatorProcess, Samples, total
 from kvldp.reliability.traffic import Message, canaries, publish, report_batches
 
 
@@ -343,15 +343,9 @@ async def duplicates(
     proc = AggregatorProcess(tagged_path, bootstrap, workdir, f"{tagged.name}-b", state_dir=state_dir).start()
     await proc.ready()
     await publish(bootstrap, tagged.reports_topic, stream[half:])
-    reached = await until(
-        lambda: _sum_reached(
-            proc, ("kvldp_reports_total", "kvldp_duplicates_total"), reports + resent_reports
-        ),
-        120,
+    samples = await _drain(
+        out, proc, ("kvldp_reports_total", "kvldp_duplicates_total"), reports + resent_reports, 120
     )
-    out.check(reached, "every tagged message processed")
-    samples = await asyncio.to_thread(proc.samples)
-    out.check(proc.stop() == 0, "clean shutdown")
     state = CheckpointStore(state_dir, tagged).load()
     assert state is not None
     _compare(out, state, await replay_oracle(tagged, bootstrap, workdir), expected)
@@ -368,10 +362,7 @@ async def duplicates(
     proc = AggregatorProcess(plain_path, bootstrap, workdir, f"{plain.name}-a").start()
     await proc.ready()
     await publish(bootstrap, plain.reports_topic, plain_msgs)
-    reached = await until(lambda: _reached(proc, reports + resent_reports), 120)
-    out.check(reached, "every untagged message folded")
-    plain_samples = await asyncio.to_thread(proc.samples)
-    out.check(proc.stop() == 0, "clean shutdown (untagged)")
+    plain_samples = await _drain(out, proc, ("kvldp_reports_total",), reports + resent_reports, 120)
     out.check(
         total(plain_samples, "kvldp_reports_total") == reports + resent_reports
         and total(plain_samples, "kvldp_duplicates_total") == 0,
@@ -386,6 +377,19 @@ async def duplicates(
         untagged_folded=int(total(plain_samples, "kvldp_reports_total")),
     )
     return out
+
+
+async def _drain(
+    out: Outcome, proc: AggregatorProcess, names: tuple[str, ...], count: int, timeout: float
+) -> Samples:
+    """Wait until the process's counters ``names`` add up to ``count``, then stop it
+    cleanly; returns its last metrics."""
+    out.check(
+        await until(partial(_sum_reached, proc, names, count), timeout), f"{proc.name} processed {count}"
+    )
+    samples = await asyncio.to_thread(proc.samples)
+    out.check(proc.stop() == 0, f"{proc.name} shut down cleanly")
+    return samples
 
 
 async def _sum_reached(proc: AggregatorProcess, names: tuple[str, ...], count: int) -> bool:
@@ -639,15 +643,9 @@ async def budget_ledger(
     await publish(bootstrap, collection.reports_topic, phase2)
     admitted = devices * limit + len(fresh) + 50 * limit
     refused = 2 * devices + 10
-    reached = await until(
-        lambda: _sum_reached(
-            proc, ("kvldp_reports_total", "kvldp_reports_rejected_total"), admitted + refused
-        ),
-        60,
+    samples = await _drain(
+        out, proc, ("kvldp_reports_total", "kvldp_reports_rejected_total"), admitted + refused, 60
     )
-    out.check(reached, "every message processed")
-    samples = await asyncio.to_thread(proc.samples)
-    out.check(proc.stop() == 0, "clean shutdown")
     name = (("collection", collection.name),)
     out.check(
         total(samples, "kvldp_reports_total") == admitted,
