@@ -238,25 +238,23 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
             assert series and all(label in s["metric"] for s in series), selector
 
         # what Prometheus stores is what the aggregator publishes as JSON
-        status, body = await asyncio.to_thread(get, f"http://127.0.0.1:{aggs[0].bound_port}/estimates")
-        own = json.loads(body)["windows"]["all"]["estimators"]["unbiased"]
+        async def agreed() -> bool:
+            """Whether Prometheus stores exactly the aggregator's current unbiased estimates."""
+            _, body = await asyncio.to_thread(get, f"http://127.0.0.1:{aggs[0].bound_port}/estimates")
+            own = json.loads(body)["windows"]["all"]["estimators"]["unbiased"]
+            for metric, field in (("kvldp_frequency", "frequency"), ("kvldp_mean", "mean")):
+                expr = f'{metric}{{collection="{plain.name}", window="all", estimator="unbiased"}}'
+                series = await asyncio.to_thread(promql, port, expr)
+                stored = {s["metric"]["key"]: float(s["value"][1]) for s in series}
+                if stored != {k: v for k, v in own[field].items() if v is not None}:
+                    return False
+            return True
 
-        async def matches() -> bool:
-            expr = f'kvldp_frequency{{collection="{plain.name}", window="all", estimator="unbiased"}}'
-            stored = {
-                s["metric"]["key"]: float(s["value"][1]) for s in await asyncio.to_thread(promql, port, expr)
-            }
-            return stored == {k: v for k, v in own["frequency"].items() if v is not None}
-
+        # both are re-read on every attempt: the last trickled reports may still be refitting
         deadline = time.monotonic() + 20
-        while not await matches():
-            assert time.monotonic() < deadline, "Prometheus' frequencies equal the aggregator's JSON"
+        while not await agreed():
+            assert time.monotonic() < deadline, "Prometheus stores the aggregator's JSON estimates"
             await asyncio.sleep(0.5)
-        mean_expr = f'kvldp_mean{{collection="{plain.name}", window="all", estimator="unbiased"}}'
-        stored_mean = {
-            s["metric"]["key"]: float(s["value"][1]) for s in await asyncio.to_thread(promql, port, mean_expr)
-        }
-        assert stored_mean == {k: v for k, v in own["mean"].items() if v is not None}
     finally:
         if prom is not None:
             prom.terminate()
