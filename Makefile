@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,broker
 
-.PHONY: demo test lint typecheck unit venv clean prometheus
+.PHONY: demo test lint typecheck unit venv clean prometheus bench-deps
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvldp needs Python >= 3.11")'
@@ -30,6 +30,10 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
+
+# the peer libraries `kvldp bench peers` compares against (optional: not needed by make test)
+bench-deps: $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[bench]'
 
 # the real-Prometheus test needs Debian's prometheus; install it only when it is missing
 prometheus:

@@ -14,12 +14,14 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
 
-from aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, deduplicate, device_hashes
+from aggregator.dedup import Probe
+from aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
 from aggregator.state import AggregatorState
 from common.primitives import IntArray
 from common.schema import ReportBatch
@@ -67,12 +69,17 @@ class Plan:
     """The effect of one fetch of one partition, ready to apply."""
 
     partition: int
+    #: the partition's next offset the plan was made from
+    start: int
     reports: ReportBatch
     buckets: IntArray | None
     next_offset: int
     rejected: list[Rejected]
     duplicates: int
-    recent: NDArray[np.uint64]
+    #: the report ids to record, in order (every id-tagged report of the fetch)
+    tagged: NDArray[np.uint64]
+    #: what checking ``tagged`` for duplicates learnt, reused by the insert
+    probe: Probe | None
     ledger: Ledger
     last_digest: bytes
 
@@ -81,14 +88,34 @@ class Plan:
         return next(iter(self.reports.values())).shape[0] if self.reports else 0
 
     def apply(self, state: AggregatorState) -> None:
-        state.fold_reports(self.partition, self.reports, self.buckets)
         target = state.partition(self.partition)
+        if target.next_offset != self.start:
+            raise RuntimeError(f"plan for offset {self.start} applied at {target.next_offset}")
+        state.fold_reports(self.partition, self.reports, self.buckets)
         target.next_offset = self.next_offset
         target.rejected.update(Counter(r.reason for r in self.rejected))
         target.duplicates += self.duplicates
-        target.recent = self.recent
+        target.recent.insert(self.tagged, self.probe)
         target.ledger = self.ledger
         target.last_digest = self.last_digest
+
+
+_timestamp = attrgetter("timestamp")
+_value = attrgetter("value")
+
+
+def _from_offset(records: Sequence[Record], offset: int) -> Sequence[Record]:
+    """The records at or after ``offset`` (a fetch is in offset order)."""
+    if not records or records[0].offset >= offset:
+        return records
+    low, high = 0, len(records)
+    while low < high:
+        mid = (low + high) // 2
+        if records[mid].offset < offset:
+            low = mid + 1
+        else:
+            high = mid
+    return records[low:]
 
 
 def plan(
@@ -100,17 +127,21 @@ def plan(
 ) -> Plan | None:
     """Decode the records at or after the partition's next offset; None if there are none."""
     current = state.partition(partition)
-    fresh = [r for r in records if r.offset >= current.next_offset]
+    fresh = _from_offset(records, current.next_offset)
     if not fresh:
         return None
     config = state.collection.aggregate
-    timestamps = np.fromiter((r.timestamp for r in fresh), dtype=np.int64, count=len(fresh))
-    decoded = wire.decode([r.value for r in fresh], timestamps.tolist())
+    timestamps = np.fromiter(map(_timestamp, fresh), dtype=np.int64, count=len(fresh))
+    decoded = wire.decode(list(map(_value, fresh)), timestamps)
     rejected = [
         Rejected(fresh[i].offset, fresh[i].key, fresh[i].value, reason, detail)
         for i, reason, detail in decoded.rejected
     ]
-    keep, recent = deduplicate(decoded.rids, current.recent, config.dedup_horizon)
+    keep = np.ones(decoded.rids.shape[0], dtype=bool)
+    tagged = decoded.rids[decoded.rids != 0] if config.dedup_horizon > 0 else decoded.rids[:0]
+    probe = current.recent.duplicates(tagged) if tagged.size else None
+    if probe is not None:
+        keep[decoded.rids != 0] = ~probe.duplicates
     duplicates = int(np.sum(~keep))
     ledger = current.ledger
     if config.max_reports_per_device and decoded.message.size:
@@ -138,12 +169,14 @@ def plan(
     buckets = state.buckets_of(timestamps[decoded.message[keep]])
     return Plan(
         partition,
+        current.next_offset,
         reports,
         buckets,
         fresh[-1].offset + 1,
         rejected,
         duplicates,
-        recent,
+        tagged,
+        probe,
         ledger,
         record_digest(fresh[-1]),
     )

@@ -1,12 +1,6 @@
-"""Per-partition filters kept with the statistics: report de-duplication and the
-privacy-budget ledger. Both are part of the checkpointed partition state, so a crash
-cannot reset them, and both are vectorised over a fetch (no Python loop per report).
-
-**De-duplication.** A device may tag every report with a random 64-bit ``rid``. A
-report whose id occurs among the ``dedup_horizon`` id-tagged reports before it in its
-partition is dropped and counted as a duplicate. Device resends land in the
-same partition because reports are keyed by device id. Reports without an id cannot be
-told from fresh ones and are always folded.
+"""The privacy-budget ledger, kept with the statistics of each partition (so a crash
+cannot reset it) and vectorised over a fetch. (Its sibling filter, de-duplication by
+report id, is :mod:`aggregator.dedup`.)
 
 **Budget ledger.** With ``max_reports_per_device`` set, each message is charged to its
 Kafka key — the device id — in the budget window of its record timestamp. A message
@@ -29,28 +23,6 @@ from numpy.typing import NDArray
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
-
-
-def deduplicate(rids: U64, recent: U64, horizon: int) -> tuple[NDArray[np.bool_], U64]:
-    """(reports to keep, the new ``recent``): a report whose non-zero id occurs among the
-    ``horizon`` id-tagged reports before it in its partition is a duplicate.
-
-    ``recent`` holds the partition's last ``horizon`` tagged ids, oldest first. The rule
-    looks back a fixed number of tagged reports, so it gives the same answer however the
-    stream is cut into fetches; vectorised by sorting ids with their positions.
-    """
-    keep = np.ones(rids.shape[0], dtype=bool)
-    if horizon <= 0:
-        return keep, recent
-    tagged = np.flatnonzero(rids != 0)
-    sequence = np.concatenate([recent, rids[tagged]]).astype(np.uint64)
-    order = np.argsort(sequence, kind="stable")
-    repeat = np.flatnonzero(sequence[order][1:] == sequence[order][:-1]) + 1
-    previous = np.full(sequence.shape[0], -(horizon + 1), dtype=np.int64)
-    previous[order[repeat]] = order[repeat - 1]
-    duplicate = np.arange(sequence.shape[0]) - previous <= horizon
-    keep[tagged[duplicate[recent.shape[0] :]]] = False
-    return keep, sequence[-horizon:]
 
 
 def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:

@@ -31,8 +31,8 @@ from typing import Any
 
 import msgpack
 import numpy as np
-from numpy.typing import NDArray
 
+from aggregator.dedup import RecentIds
 from aggregator.ledger import Ledger
 from common.collection import Collection
 from common.errors import KvldpError
@@ -70,7 +70,7 @@ class PartitionState:
     rejected: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     resets: int = 0
-    recent: NDArray[np.uint64] = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    recent: RecentIds = field(default_factory=lambda: RecentIds(0))
     ledger: Ledger = field(default_factory=Ledger)
     last_digest: bytes = b""
     #: end of the partition when last seen (informational: lag for an exporter)
@@ -94,7 +94,11 @@ class AggregatorState:
 
     def partition(self, p: int) -> PartitionState:
         if p not in self.partitions:
-            self.partitions[p] = PartitionState(next_offset=0, base=self.mechanism.new_stats())
+            self.partitions[p] = PartitionState(
+                next_offset=0,
+                base=self.mechanism.new_stats(),
+                recent=RecentIds(self.collection.aggregate.dedup_horizon),
+            )
         return self.partitions[p]
 
     # ------------------------------------------------------------------ folding
@@ -191,7 +195,7 @@ class AggregatorState:
                     "rejected": dict(s.rejected),
                     "duplicates": s.duplicates,
                     "resets": s.resets,
-                    "recent": s.recent.astype("<u8").tobytes(),
+                    "recent": s.recent.ordered().astype("<u8").tobytes(),
                     "ledger": {
                         str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
                         for w, (k, c) in s.ledger.windows.items()
@@ -231,7 +235,10 @@ class AggregatorState:
                     rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
                     duplicates=int(entry["duplicates"]),
                     resets=int(entry["resets"]),
-                    recent=np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
+                    recent=RecentIds(
+                        collection.aggregate.dedup_horizon,
+                        np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
+                    ),
                     ledger=Ledger(
                         {
                             int(w): (

@@ -26,7 +26,7 @@ partitions = 4
 max_message_bytes = 65536
 max_report_age_s = 604800    # device timestamps older than this (vs the record's) are "stale"
 max_clock_skew_s = 300       # ... and further ahead than this are "future"
-dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off)
+dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off; ~40 B each)
 max_reports_per_device = 0   # privacy budget: reports per device per budget_window (0: off)
 budget_window = "1d"
 ```
@@ -361,12 +361,11 @@ def _parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
             f"aggregate.max_message_bytes: expected an integer in [1024, {KAFKA_MESSAGE_LIMIT}], got {cap!r}"
         )
     limits: dict[str, int] = {}
-    for key, low in (("dedup_horizon", 0), ("max_reports_per_device", 0)):
+    # the de-duplication table costs about 40 bytes per unit of horizon and partition
+    for key, high in (("dedup_horizon", 10_000_000), ("max_reports_per_device", 100_000_000)):
         value = table.get(key, getattr(defaults, key))
-        if isinstance(value, bool) or not isinstance(value, int) or value < low or value > 100_000_000:
-            raise InvalidCollection(
-                f"aggregate.{key}: expected an integer in [{low}, 100000000], got {value!r}"
-            )
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise InvalidCollection(f"aggregate.{key}: expected an integer in [0, {high}], got {value!r}")
         limits[key] = value
     window = parse_window(table.get("budget_window", "1d"), "aggregate.budget_window")
     if window.seconds is None:

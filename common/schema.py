@@ -107,8 +107,9 @@ def validate_fields(
     reasons = np.full(n, "", dtype=object)
 
     def reject(mask: NDArray[np.bool_], reason: str) -> None:
-        reasons[mask & valid] = reason
-        valid[mask] = False
+        if mask.any():  # the common case, a clean batch, writes nothing
+            reasons[mask & valid] = reason
+            valid[mask] = False
 
     for f in fields:
         if f.name not in batch:

@@ -42,6 +42,7 @@ from numpy.typing import NDArray
 
 from common.collection import Collection
 from common.errors import KvldpError
+from common.layout import SingleLayout
 from common.schema import Field, Report, ReportBatch, batch_len
 
 VERSION = 1
@@ -124,6 +125,8 @@ class WireFormat:
             "mech": self.mechanism.name,
             "cfg": collection.digest,
         }
+        #: the canonical single-report layout (SDK output), decoded without per-message work
+        self.layout = SingleLayout(collection.name, self.mechanism.name, collection.digest, self.fields)
         #: per field: (bitset bytes or 0, lower, upper bound of the storage type)
         self._checks = [(f.nbytes if f.kind == "bits" else 0, *_integer_bounds(f)) for f in self.fields]
         self._single_keys = frozenset((*ENVELOPE, *self.names))
@@ -153,7 +156,16 @@ class WireFormat:
         return data
 
     def encode_report(self, report: Report, ts_ms: int | None = None, rid: int | None = None) -> bytes:
-        """One report (as returned by ``Mechanism.perturb``) as one message."""
+        """One report (as returned by ``Mechanism.perturb``) as one message; in the
+        canonical layout (:mod:`common.layout`) when it has both ``ts`` and ``rid``."""
+        if ts_ms is not None and rid is not None:
+            columns = {f.name: np.asarray([report[f.name]]) for f in self.fields}
+            for f in self.fields:
+                if f.kind == "bits":
+                    columns[f.name] = np.frombuffer(report[f.name], dtype=np.uint8).reshape(1, -1)  # type: ignore[arg-type]
+            return self._check_size(
+                self.layout.encode(columns, int(ts_ms), np.asarray([rid], dtype=np.uint64))
+            )
         body: dict[str, Any] = dict(self.envelope)
         if ts_ms is not None:
             body["ts"] = int(ts_ms)
@@ -162,6 +174,13 @@ class WireFormat:
         for name in self.names:
             body[name] = report[name]
         return self._check_size(bytes(msgpack.packb(body, use_bin_type=True)))
+
+    def encode_many(self, batch: ReportBatch, ts_ms: int, rids: NDArray[np.uint64]) -> list[bytes]:
+        """Every report of a batch as its own single-report message, in the canonical
+        layout: one numpy pass for all of them (devices that each send their own report,
+        simulated in bulk)."""
+        self._check_size(bytes(self.layout.length))
+        return self.layout.split(self.layout.encode(batch, ts_ms, rids))
 
     def encode_batch(
         self, batch: ReportBatch, ts_ms: int | None = None, rids: NDArray[np.uint64] | None = None
@@ -299,13 +318,57 @@ class WireFormat:
         extra = sorted(keys - self._single_keys - self._batch_keys)
         raise WireError("bad_payload", f"fields missing {missing} / unexpected {extra}")
 
-    def decode(self, messages: Sequence[bytes | None], timestamps: Sequence[int] | None = None) -> Decoded:
+    def decode(
+        self, messages: Sequence[bytes | None], timestamps: Sequence[int] | NDArray[np.int64] | None = None
+    ) -> Decoded:
         """Decode and validate messages; never raises on bad input. ``timestamps`` are the
         Kafka record timestamps (ms), against which device ``ts`` are judged.
 
-        Well-formed single reports take a fast path (a few dictionary lookups after
-        msgpack); anything unusual goes through the checks that name the reason.
+        Messages in the canonical layout are decoded all at once (:mod:`common.layout`);
+        the rest go through the general decoder, message by message, which names the
+        reason of every rejection.
         """
+        record_ts = None if timestamps is None else np.asarray(timestamps, dtype=np.int64)
+        fast = self.layout.match(messages)
+        if record_ts is not None and fast.index.size:
+            ts, rts = fast.ts, record_ts[fast.index]
+            out_of_time = (ts < rts - self.max_age_ms) | (ts > rts + self.max_skew_ms)
+            if out_of_time.any():  # the general decoder says which, and by how much
+                fast = fast.select(~out_of_time)
+        general = np.ones(len(messages), dtype=bool)
+        general[fast.index] = False
+        columns, message, rids, rejected = self._decode_general(messages, np.flatnonzero(general), record_ts)
+        if fast.index.size:
+            mixed = message.size > 0
+            columns = {k: np.concatenate([fast.reports[k], columns[k]]) for k in self.names}
+            message = np.concatenate([fast.index, message])
+            rids = np.concatenate([fast.rids, rids])
+            if mixed:
+                order = np.argsort(message, kind="stable")
+                columns = {k: v[order] for k, v in columns.items()}
+                message, rids = message[order], rids[order]
+        if message.size:
+            valid, codes, details = self.mechanism.validate_coded(columns)
+            if not np.all(valid):
+                bad_msgs: dict[int, tuple[str, str]] = {}
+                for r in np.flatnonzero(~valid):
+                    bad_msgs.setdefault(int(message[r]), (str(codes[r]), str(details[r])))
+                rejected.extend((m, code, detail) for m, (code, detail) in bad_msgs.items())
+                keep = ~np.isin(message, np.fromiter(bad_msgs, dtype=np.int64))
+                columns = {k: v[keep] for k, v in columns.items()}
+                message = message[keep]
+                rids = rids[keep]
+        rejected.sort()
+        return Decoded(reports=columns, message=message, rids=rids, rejected=rejected)
+
+    def _decode_general(
+        self,
+        messages: Sequence[bytes | None],
+        indices: NDArray[np.int64],
+        record_ts: NDArray[np.int64] | None,
+    ) -> tuple[ReportBatch, NDArray[np.int64], NDArray[np.uint64], list[tuple[int, str, str]]]:
+        """The messages at ``indices``, one by one: (columns in message order, message index
+        of each report, report ids, rejections)."""
         singles: list[list[Any]] = []
         single_msg: list[int] = []
         single_rid: list[int] = []
@@ -315,8 +378,10 @@ class WireFormat:
         env = self.envelope
         ver, col, mech, cfg = env["ver"], env["col"], env["mech"], env["cfg"]
         unpack, limits = msgpack.unpackb, self._unpack_limits
-        for i, data in enumerate(messages):
-            record_ts = None if timestamps is None else timestamps[i]
+        stamps = None if record_ts is None else record_ts.tolist()
+        for i in indices.tolist():
+            data = messages[i]
+            rts = None if stamps is None else stamps[i]
             try:
                 if data is None:
                     raise WireError("undecodable", "empty message (no value)")
@@ -337,12 +402,12 @@ class WireFormat:
                 ):
                     values = self._fields_of(obj)
                     if values is not None:
-                        single_rid.append(self._optional(obj, record_ts))
+                        single_rid.append(self._optional(obj, rts))
                         singles.append(values)
                         single_msg.append(i)
                         continue
                 parsed = self._single_or_batch(obj)
-                rid = self._optional(obj, record_ts)
+                rid = self._optional(obj, rts)
                 if isinstance(parsed, dict):
                     batches.append(parsed)
                     batch_msg.append(np.full(next(iter(parsed.values())).shape[0], i, dtype=np.int64))
@@ -358,23 +423,11 @@ class WireFormat:
             [np.asarray(single_rid, dtype=np.uint64)]
             + [b.get(RID, np.zeros(b[self.names[0]].shape[0], dtype=np.uint64)) for b in batches]
         )
-        if message.size:
-            valid, codes, details = self.mechanism.validate_coded(columns)
-            if not np.all(valid):
-                bad_msgs: dict[int, tuple[str, str]] = {}
-                for r in np.flatnonzero(~valid):
-                    bad_msgs.setdefault(int(message[r]), (str(codes[r]), str(details[r])))
-                rejected.extend((m, code, detail) for m, (code, detail) in bad_msgs.items())
-                keep = ~np.isin(message, np.fromiter(bad_msgs, dtype=np.int64))
-                columns = {k: v[keep] for k, v in columns.items()}
-                message = message[keep]
-                rids = rids[keep]
         if singles and batches:  # singles were assembled before batches: restore message order
             order = np.argsort(message, kind="stable")
             columns = {k: v[order] for k, v in columns.items()}
             message, rids = message[order], rids[order]
-        rejected.sort()
-        return Decoded(reports=columns, message=message, rids=rids, rejected=rejected)
+        return columns, message, rids, rejected
 
     def _assemble(self, singles: list[list[Any]], batches: list[dict[str, NDArray[Any]]]) -> ReportBatch:
         out: ReportBatch = {}

@@ -22,7 +22,8 @@ from common.conditional import parse_query
 from common.errors import KvldpError
 from common.mechanisms import create, get, names
 from common.params import parse_assignments
-from kvldp import bench
+from kvldp.bench import mechanisms as bench_mechanisms
+from kvldp.bench.table import format_table
 from kvldp.evaluate import evaluate
 from kvldp.reliability import NAMES as SCENARIO_NAMES
 from producer import datasets
@@ -50,6 +51,13 @@ def _positive_float(text: str) -> float:
 
 def _int_list(text: str) -> list[int]:
     return [_positive_int(t) for t in text.split(",") if t.strip()]
+
+
+def _two_ints(text: str) -> tuple[int, int]:
+    values = _int_list(text)
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected two comma-separated counts, got {text!r}")
+    return values[0], values[1]
 
 
 def _mechanism_args(p: argparse.ArgumentParser) -> None:
@@ -123,7 +131,7 @@ def cmd_bench_reliability(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(table, indent=1, default=str))
     else:
-        print(bench.format_table(table, ["scenario", "scale", "passed", "seconds"]))
+        print(format_table(table, ["scenario", "scale", "passed", "seconds"]))
         for row in table:
             figures = ", ".join(f"{k}={v}" for k, v in row["figures"].items())
             print(f"\n{row['scenario']}: {figures}")
@@ -138,12 +146,47 @@ def cmd_bench(args: argparse.Namespace) -> int:
         for name in chosen:
             get(name)
     if args.bench == "fold":
-        rows = bench.bench_fold(chosen, args.reports, args.keys, args.epsilon, args.seed)
+        rows = bench_mechanisms.bench_fold(chosen, args.reports, args.keys, args.epsilon, args.seed)
         columns = ["mechanism", "keys", "reports", "seconds", "reports_per_second"]
+    elif args.scaling:
+        small, large = args.scaling
+        rows = bench_mechanisms.bench_refit_scaling(
+            chosen, max(args.keys_list), args.epsilon, small, large, args.seed
+        )
+        columns = bench_mechanisms.SCALING_COLUMNS
     else:
-        rows = bench.bench_estimate(chosen, args.keys_list, args.users, args.epsilon, args.seed)
+        rows = bench_mechanisms.bench_estimate(chosen, args.keys_list, args.users, args.epsilon, args.seed)
         columns = ["mechanism", "keys", "estimator", "seconds", "em_iterations", "note"]
-    _emit(rows, args.json, bench.format_table(rows, columns))
+    _emit(rows, args.json, format_table(rows, columns))
+    return 0
+
+
+def cmd_bench_kafka(args: argparse.Namespace) -> int:
+    """ingest, produce and memory: kvldp against a baseline measured in the same run."""
+    from kvldp.bench import kafka, memory
+
+    if args.bench == "ingest":
+        rows = kafka.bench_ingest(
+            args.messages, args.batched_reports, args.per_message, args.repeats, args.seed
+        )
+        columns = kafka.INGEST_COLUMNS
+    elif args.bench == "produce":
+        rows = kafka.bench_produce(args.messages, args.repeats, args.seed)
+        columns = kafka.PRODUCE_COLUMNS
+    else:
+        rows = memory.bench_memory(args.reports, args.seed)
+        columns = memory.MEMORY_COLUMNS
+    _emit(rows, args.json, format_table(rows, columns))
+    return 0
+
+
+def cmd_bench_peers(args: argparse.Namespace) -> int:
+    from kvldp.bench.peers import COLUMNS, bench_peers
+
+    rows = bench_peers(
+        args.mechanism or ["grr", "oue", "olh"], args.keys, args.epsilon, args.users, args.repeats, args.seed
+    )
+    _emit(rows, args.json, format_table(rows, COLUMNS))
     return 0
 
 
@@ -239,9 +282,50 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--users", type=_positive_int, default=100_000)
     b.add_argument("--epsilon", type=_positive_float, default=1.0)
     b.add_argument("--mechanism", action="append", help="restrict to this mechanism (repeatable)")
+    b.add_argument(
+        "--scaling",
+        type=_two_ints,
+        metavar="SMALL,LARGE",
+        help="instead: refit time on statistics of SMALL and LARGE reports (e.g. 10000,10000000) at the largest --keys",
+    )
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
+
+    b = bsub.add_parser("ingest", help="aggregator fold rate vs a bare aiokafka drain of the same topic")
+    b.add_argument("--messages", type=_positive_int, default=500_000, help="single-report messages")
+    b.add_argument(
+        "--batched-reports", type=_positive_int, default=5_000_000, help="reports in batched messages"
+    )
+    b.add_argument("--per-message", type=_positive_int, default=1000, help="reports per batched message")
+    b.add_argument("--repeats", type=_positive_int, default=3)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_kafka)
+    b = bsub.add_parser("produce", help="simulated devices vs a bare producer sending the same bytes")
+    b.add_argument("--messages", type=_positive_int, default=200_000)
+    b.add_argument("--repeats", type=_positive_int, default=3)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_kafka)
+    b = bsub.add_parser("memory", help="aggregator resident memory after 1e5 and 1e7 reports")
+    b.add_argument(
+        "--reports", type=_int_list, default=[100_000, 10_000_000], help="comma list of checkpoints"
+    )
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_kafka)
+    b = bsub.add_parser(
+        "peers", help="grr/oue/olh aggregation time and MSE vs pure-ldp and multi-freq-ldpy (make bench-deps)"
+    )
+    b.add_argument("--mechanism", action="append", choices=("grr", "oue", "olh"))
+    b.add_argument("--keys", type=_positive_int, default=100)
+    b.add_argument("--epsilon", type=_positive_float, default=1.0)
+    b.add_argument("--users", type=_positive_int, default=100_000)
+    b.add_argument("--repeats", type=_positive_int, default=5)
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_peers)
 
     b = bsub.add_parser(
         "reliability",

@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from common.collection import Collection, InvalidCollection, load_collection
 from common.kvdata import KVData
-from common.schema import ReportBatch, row
+from common.schema import ReportBatch
 from common.wire import WireFormat
 
 #: sends in flight before the SDK waits for acknowledgements (bounds memory)
@@ -211,10 +211,8 @@ class Collector:
         n = len(device_ids)
         rids = self.report_ids(n)
         if per_message == 1:
-            fields = self.wire.fields
-            for i in range(n):
-                value = self.wire.encode_report(row(batch, fields, i), ts_ms=now, rid=int(rids[i]))
-                await self._send(value, device_key(device_ids[i]), now)
+            for value, device in zip(self.wire.encode_many(batch, now, rids), device_ids, strict=True):
+                await self._send(value, device_key(device), now)
             return
         for start in range(0, n, per_message):
             part = {name: column[start : start + per_message] for name, column in batch.items()}

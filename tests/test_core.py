@@ -8,6 +8,7 @@ import pytest
 from common.kvdata import InvalidUserData, KVData
 from common.mechanisms import create
 from common.params import InvalidParameter, parse_assignments
+from common.primitives import bit_column_sums, pack_bits
 from common.schema import Field, validate_fields
 from common.simplex import project_simplex
 from common.stats import Stats, StatsMismatch
@@ -92,3 +93,12 @@ def test_statistics_bytes_reject_garbage() -> None:
     with pytest.raises(StatsMismatch):
         Stats.from_bytes(create("kvue", 4, 1.0), data)
     assert mech.digest != create("kvue", 3, 1.0 + 1e-12).digest
+
+
+@pytest.mark.parametrize(
+    ("rows", "nbits"), [(0, 9), (5, 1), (1023, 100), (1024, 100), (5000, 13), (3000, 6561)]
+)
+def test_bit_column_sums_count_every_set_bit(rows: int, nbits: int) -> None:
+    """Both paths (unpacking few rows, byte histograms for many) against a plain count."""
+    bits = np.random.default_rng(rows + nbits).random((rows, nbits)) < 0.3
+    assert np.array_equal(bit_column_sums(pack_bits(bits), nbits), bits.sum(axis=0))

@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aggregator.dedup import RecentIds
 from aggregator.ingest import plan
-from aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, deduplicate, device_hashes
+from aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
 from aggregator.state import AggregatorState
 from common.collection import Collection, parse_collection
 from common.wire import WireFormat
@@ -48,29 +49,77 @@ def reference_dedup(rids: list[int], horizon: int) -> tuple[list[bool], list[int
     return keep, list(ring)
 
 
+def fold_ids(rids: list[int], horizon: int, cuts: list[int], restart: bool) -> tuple[list[bool], list[int]]:
+    """Run ``rids`` through :class:`RecentIds` in pieces (optionally restarting from the
+    checkpointed ring after each piece), inserting every other piece with the probe of
+    its duplicate check; returns the keep flags and the final ring."""
+    recent = RecentIds(horizon)
+    keep: list[bool] = []
+    bounds = [0, *sorted({c for c in cuts if c < len(rids)}), len(rids)]
+    for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
+        piece = np.asarray(rids[lo:hi], dtype=np.uint64)
+        flags = np.ones(piece.shape[0], dtype=bool)
+        tagged = piece[piece != 0]
+        probe = recent.duplicates(tagged)
+        flags[piece != 0] = ~probe.duplicates
+        recent.insert(tagged, probe if i % 2 else None)  # with and without the probe's help
+        keep += flags.tolist()
+        if restart:
+            recent = RecentIds(horizon, recent.ordered())
+    return keep, recent.ordered().tolist()
+
+
 @given(
     st.lists(st.integers(0, 12), max_size=60),
     st.integers(1, 8),
     st.lists(st.integers(1, 59), max_size=4),
+    st.booleans(),
 )
 @settings(max_examples=300, deadline=None)
 def test_dedup_matches_the_sequential_rule_however_the_stream_is_cut(
-    rids: list[int], horizon: int, cuts: list[int]
+    rids: list[int], horizon: int, cuts: list[int], restart: bool
 ) -> None:
     expected_keep, expected_ring = reference_dedup(rids, horizon)
-    ring = np.zeros(0, dtype=np.uint64)
-    keep: list[bool] = []
-    bounds = [0, *sorted({c for c in cuts if c < len(rids)}), len(rids)]
-    for lo, hi in itertools.pairwise(bounds):
-        part, ring = deduplicate(np.asarray(rids[lo:hi], dtype=np.uint64), ring, horizon)
-        keep += part.tolist()
-    assert keep == expected_keep
-    assert ring.tolist() == expected_ring
+    assert fold_ids(rids, horizon, cuts, restart) == (expected_keep, expected_ring)
 
 
-def test_dedup_with_horizon_zero_keeps_everything() -> None:
-    keep, ring = deduplicate(np.array([5, 5, 5], dtype=np.uint64), np.zeros(0, np.uint64), 0)
-    assert keep.tolist() == [True, True, True] and ring.size == 0
+def test_dedup_over_long_streams_with_probing_and_rebuilds() -> None:
+    """Thousands of ids through a small table (many collisions, many rebuilds)."""
+    rng = np.random.default_rng(7)
+    for horizon in (5, 64, 1000):
+        pool = rng.integers(1, 2**64, size=horizon * 3, dtype=np.uint64)
+        rids = pool[rng.integers(0, pool.size, size=20 * horizon)].tolist()
+        rids = [r if rng.random() > 0.1 else 0 for r in rids]
+        cuts = rng.integers(1, len(rids), size=30).tolist()
+        assert fold_ids(rids, horizon, cuts, restart=False) == reference_dedup(rids, horizon)
+
+
+def test_a_stale_probe_is_not_trusted() -> None:
+    """A probe made before another insert must not place ids where that insert put its own."""
+    rng = np.random.default_rng(11)
+    first, second = (rng.integers(1, 2**64, size=500, dtype=np.uint64) for _ in range(2))
+    recent = RecentIds(4096)  # no rebuild in between: the stale probe reaches the placement
+    recent.insert(rng.integers(1, 2**64, size=900, dtype=np.uint64))  # a table worth colliding with
+    stale = recent.duplicates(first)
+    recent.insert(second)
+    recent.insert(first, stale)
+    assert recent.duplicates(np.concatenate([first, second])).duplicates.all()
+
+
+def test_dedup_table_is_allocated_on_the_first_id_only() -> None:
+    recent = RecentIds(100_000)
+    assert recent.duplicates(np.zeros(0, dtype=np.uint64)).duplicates.size == 0
+    assert recent.ordered().size == 0 and recent._keys.size == 0
+    recent.insert(np.array([5, 6, 5], dtype=np.uint64))
+    assert recent.ordered().tolist() == [5, 6, 5] and recent._keys.size >= 200_000
+
+
+def test_a_horizon_of_zero_folds_every_resend() -> None:
+    c = collection(dedup_horizon=0)
+    wire = WireFormat(c)
+    value = wire.encode_report({"j": 1, "s": 2}, ts_ms=1_800_000_000_000, rid=42)
+    state, _ = fold(c, [Rec(i, 1_800_000_000_000, b"d", value) for i in range(5)], [2])
+    assert state.reports_total == 5 and state.duplicates_total == 0
 
 
 # ---------------------------------------------------------------------- budget ledger

@@ -107,7 +107,8 @@ class Mechanism(abc.ABC):
         domain (index too large, padding bits set), ``invalid_report`` for a violated
         mechanism constraint. Never raises on bad rows."""
         valid, details = validate_fields(batch, self.fields())
-        codes = np.where(valid, "", "out_of_range").astype(object)
+        codes = np.full(valid.shape[0], "", dtype=object)
+        codes[~valid] = "out_of_range"
         for bad, reason in self._validate_extra(batch):
             hit = bad & valid
             details[hit] = reason

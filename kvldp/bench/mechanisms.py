@@ -1,4 +1,4 @@
-"""``kvldp bench``: throughput of folding and cost of refitting, per mechanism.
+"""``kvldp bench fold`` and ``kvldp bench estimate``: folding throughput and refit cost, per mechanism.
 
 Benchmarks live here, not in the test suite: they print measurements and never
 assert. ``fold`` times folding a pre-generated batch (best of three, so the figure is
@@ -16,8 +16,10 @@ import numpy as np
 
 from common.conditional import ConditionalQuery
 from common.mechanisms import create, get, names
+from common.mechanisms.base import Mechanism
 from common.mechanisms.ioh import JointStateMechanism
 from common.schema import batch_len
+from common.stats import Stats
 from kvldp.progress import Progress
 from producer.datasets import generate
 
@@ -163,19 +165,78 @@ def _bench_two_way(
     return rows
 
 
-def format_table(rows: list[dict[str, Any]], columns: list[str]) -> str:
-    """Fixed-width text table of ``rows`` (numbers with 4 significant digits)."""
+#: the refit-scaling target of the performance issue (time at the larger n / the smaller)
+REFIT_SCALING_TARGET = 1.2
+#: users simulated per step while building the large collection (bounds memory)
+SCALING_STEP = 1_000_000
 
-    def cell(v: Any) -> str:
-        if v is None:
-            return "-"
-        if isinstance(v, float):
-            return f"{v:.4g}"
-        return str(v)
 
-    body = [[cell(r.get(c)) for c in columns] for r in rows]
-    widths = [max(len(c), *(len(b[i]) for b in body)) if body else len(c) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
-    lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(v.ljust(w) for v, w in zip(b, widths, strict=True)) for b in body]
-    return "\n".join(lines)
+def _stats_of(name: str, d: int, epsilon: float, users: int, seed: int) -> tuple[Mechanism, Stats]:
+    """Statistics of ``users`` simulated reports, built in steps of a million users."""
+    mech = create(name, d, epsilon)
+    stats = mech.new_stats()
+    rng = np.random.default_rng(seed)
+    for start in range(0, users, SCALING_STEP):
+        step = min(SCALING_STEP, users - start)
+        stats = stats.merge(mech.collect(generate("uniform", step, d, seed + start).users, rng))
+    return mech, stats
+
+
+def bench_refit_scaling(
+    mechanisms: list[str] | None,
+    d: int,
+    epsilon: float,
+    small: int,
+    large: int,
+    seed: int,
+    repeats: int = 3,
+) -> list[dict[str, Any]]:
+    """Refit time of every estimator on statistics of ``small`` and of ``large`` reports.
+
+    A refit reads the sufficient statistics, never the reports, so its cost must not
+    depend on how many reports were folded; the ratio shows it (median of ``repeats``).
+    """
+    rows = []
+    chosen = mechanisms or names()
+    with Progress(len(chosen), "bench refit scaling") as bar:
+        for name in chosen:
+            keys = _fold_domains(name, d)[0]
+            fits = [_stats_of(name, keys, epsilon, n, seed) for n in (small, large)]
+            for est in fits[0][0].estimator_names:
+                seconds = []
+                for mech, stats in fits:
+                    times = []
+                    for _ in range(repeats):
+                        start = time.perf_counter()
+                        mech.estimate(stats, est)
+                        times.append(time.perf_counter() - start)
+                    seconds.append(statistics.median(times))
+                ratio = seconds[1] / seconds[0]
+                rows.append(
+                    {
+                        "mechanism": name,
+                        "keys": keys,
+                        "estimator": est,
+                        "n_small": small,
+                        "seconds_small": seconds[0],
+                        "n_large": large,
+                        "seconds_large": seconds[1],
+                        "ratio": ratio,
+                        "met": ratio <= REFIT_SCALING_TARGET,
+                    }
+                )
+            bar.advance()
+    return rows
+
+
+SCALING_COLUMNS = [
+    "mechanism",
+    "keys",
+    "estimator",
+    "n_small",
+    "seconds_small",
+    "n_large",
+    "seconds_large",
+    "ratio",
+    "met",
+]

@@ -1,0 +1,61 @@
+"""``kvldp bench``'s Kafka and memory benchmarks at toy sizes: they run end to end on a
+real broker and report what they measured (the figures themselves are measurements,
+documented in docs/performance.md, and never asserted)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from kvldp.bench import kafka
+from kvldp.bench.mechanisms import SCALING_COLUMNS, bench_refit_scaling
+from kvldp.cli import main
+
+pytestmark = pytest.mark.slow
+
+
+def _rate(value: object) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value > 0
+
+
+def test_ingest_drains_and_folds_every_message() -> None:
+    # large enough that neither side gets everything in its first fetch (the clock starts there)
+    rows = kafka.bench_ingest(messages=50_000, batched_reports=400_000, per_message=1_000, repeats=1, seed=3)
+    assert [r["case"] for r in rows] == ["single-report messages", "1000 reports per message"]
+    assert rows[1]["messages"] == 400 and rows[1]["reports"] == 400_000
+    for row in rows:
+        assert _rate(row["bare_messages_per_s"]) and _rate(row["kvldp_reports_per_s"]), row
+        assert row["met"] is (
+            row["ratio"] >= kafka.INGEST_RATIO_TARGET
+            if row["messages"] == row["reports"]
+            else row["kvldp_reports_per_s"] >= kafka.BATCHED_RATE_TARGET
+        )
+
+
+def test_produce_compares_devices_with_a_bare_producer() -> None:
+    (row,) = kafka.bench_produce(messages=2_000, repeats=2, seed=1)
+    assert len(row["bare_runs"]) == len(row["kvldp_runs"]) == 2
+    assert _rate(row["bare_messages_per_s"]) and _rate(row["kvldp_messages_per_s"])
+    assert row["ratio"] == pytest.approx(row["kvldp_messages_per_s"] / row["bare_messages_per_s"])
+
+
+def test_memory_reads_a_real_aggregator_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "memory", "--reports", "2000,1000", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["reports"] for r in rows] == [1_000, 2_000]  # checkpoints in order
+    assert all(r["rss_mib"] > 10 for r in rows) and rows[0]["ratio_to_first"] == 1.0
+
+
+def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:
+    rows = bench_refit_scaling(["kvue"], 10, 1.0, 1_000, 3_000, seed=0, repeats=1)
+    assert {r["estimator"] for r in rows} == {"unbiased", "em", "normsub"}
+    for row in rows:
+        assert set(SCALING_COLUMNS) <= set(row)
+        assert row["ratio"] == pytest.approx(row["seconds_large"] / row["seconds_small"])
+
+
+def test_memory_checkpoints_are_positive() -> None:
+    with pytest.raises(SystemExit):
+        main(["bench", "memory", "--reports", "0"])
