@@ -9,7 +9,7 @@ reason per rejected row, which is what the aggregator's dead-letter queue needs.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -94,23 +94,13 @@ def concat(batches: Sequence[ReportBatch]) -> ReportBatch:
     return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
 
 
-def validate_fields(
+def field_checks(
     batch: Mapping[str, NDArray[Any]], fields: Sequence[Field]
-) -> tuple[NDArray[np.bool_], NDArray[np.object_]]:
-    """Vectorised schema check. Returns (valid mask, reason per row; '' where valid).
-
-    The first failing check of a row names its reason. A batch whose columns have the
-    wrong shape or type cannot be checked row by row and raises :class:`InvalidReport`.
-    """
+) -> Iterator[tuple[NDArray[np.bool_], str]]:
+    """The schema's checks as (bad-row mask, reason) pairs, in order. A batch whose
+    columns have the wrong shape or type cannot be checked row by row and raises
+    :class:`InvalidReport` (when the check of that column is reached)."""
     n = batch_len(batch)
-    valid = np.ones(n, dtype=bool)
-    reasons = np.full(n, "", dtype=object)
-
-    def reject(mask: NDArray[np.bool_], reason: str) -> None:
-        if mask.any():  # the common case, a clean batch, writes nothing
-            reasons[mask & valid] = reason
-            valid[mask] = False
-
     for f in fields:
         if f.name not in batch:
             raise InvalidReport(f"batch lacks column {f.name!r}")
@@ -123,17 +113,36 @@ def validate_fields(
             spare = f.nbytes * 8 - f.high
             if spare:
                 pad_mask = np.uint8((0xFF << (8 - spare)) & 0xFF)
-                reject((col[:, -1] & pad_mask) != 0, f"{f.name}: padding bits set")
+                yield (col[:, -1] & pad_mask) != 0, f"{f.name}: padding bits set"
         else:
             if col.ndim != 1 or not np.issubdtype(col.dtype, np.integer):
                 raise InvalidReport(f"column {f.name!r} must be a 1-D integer array")
             if np.issubdtype(col.dtype, np.signedinteger):
-                reject(col < f.low, f"{f.name}: below {f.low}")
+                yield col < f.low, f"{f.name}: below {f.low}"
             elif f.low > 0:
-                reject(col < np.uint64(f.low), f"{f.name}: below {f.low}")
+                yield col < np.uint64(f.low), f"{f.name}: below {f.low}"
             if f.high <= np.iinfo(col.dtype).max:
-                reject(col >= f.high, f"{f.name}: not below {f.high}")
+                yield col >= f.high, f"{f.name}: not below {f.high}"
+
+
+def reasons_of(
+    n: int, checks: Iterable[tuple[NDArray[np.bool_], str]]
+) -> tuple[NDArray[np.bool_], NDArray[np.object_]]:
+    """(valid mask, reason per row; '' where valid): the first failing check names it."""
+    valid = np.ones(n, dtype=bool)
+    reasons = np.full(n, "", dtype=object)
+    for mask, reason in checks:
+        if mask.any():
+            reasons[mask & valid] = reason
+            valid[mask] = False
     return valid, reasons
+
+
+def validate_fields(
+    batch: Mapping[str, NDArray[Any]], fields: Sequence[Field]
+) -> tuple[NDArray[np.bool_], NDArray[np.object_]]:
+    """Vectorised schema check. Returns (valid mask, reason per row; '' where valid)."""
+    return reasons_of(batch_len(batch), field_checks(batch, fields))
 
 
 def take(batch: Mapping[str, NDArray[Any]], mask: NDArray[np.bool_]) -> ReportBatch:
