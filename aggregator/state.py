@@ -113,12 +113,17 @@ class AggregatorState:
             if buckets is None:
                 state.base.fold(reports, check=False)
             else:
-                for b in np.unique(buckets):
-                    mask = buckets == b
+                first, last = int(buckets.min()), int(buckets.max())
+                # a fetch usually falls in one bucket: no need to sort its reports by bucket
+                for b in [first] if first == last else np.unique(buckets):
                     target = state.buckets.get(int(b))
                     if target is None:
                         target = state.buckets[int(b)] = self.mechanism.new_stats()
-                    target.fold({k: v[mask] for k, v in reports.items()}, check=False)
+                    if first == last:
+                        target.fold(reports, check=False)
+                    else:
+                        mask = buckets == b
+                        target.fold({k: v[mask] for k, v in reports.items()}, check=False)
 
     def compact(self, now_ms: int) -> None:
         """Merge buckets that left every finite window into ``base`` (never changes 'all')."""
