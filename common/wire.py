@@ -378,10 +378,10 @@ class WireFormat:
         env = self.envelope
         ver, col, mech, cfg = env["ver"], env["col"], env["mech"], env["cfg"]
         unpack, limits = msgpack.unpackb, self._unpack_limits
-        stamps = None if record_ts is None else record_ts.tolist()
-        for i in indices.tolist():
+        stamps = None if record_ts is None else record_ts[indices].tolist()
+        for j, i in enumerate(indices.tolist()):
             data = messages[i]
-            rts = None if stamps is None else stamps[i]
+            rts = None if stamps is None else stamps[j]
             try:
                 if data is None:
                     raise WireError("undecodable", "empty message (no value)")
