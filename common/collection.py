@@ -26,7 +26,7 @@ partitions = 4
 max_message_bytes = 65536
 max_report_age_s = 604800    # device timestamps older than this (vs the record's) are "stale"
 max_clock_skew_s = 300       # ... and further ahead than this are "future"
-dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off; ~40 B each)
+dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off; ~72 B each)
 max_reports_per_device = 0   # privacy budget: reports per device per budget_window (0: off)
 budget_window = "1d"
 ```
