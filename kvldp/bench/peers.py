@@ -181,22 +181,16 @@ def _pure_ldp(name: str, d: int, epsilon: float) -> _Case:
     def unchanged(frequency: FloatArray) -> FloatArray:
         return frequency
 
+    case = partial(_Case, "pure-ldp")
+    same_reports = partial(case, SAME_REPORTS, "unbiased", "unbiased")
     if name == "grr":
-        return _Case(
-            "pure-ldp",
-            SAME_REPORTS,
-            "unbiased",
-            "unbiased",
+        return same_reports(
             lambda batch, _items: grr_items(batch),
             lambda reports: run(DEServer(epsilon, d, index_mapper=_identity), reports),
             unchanged,
         )
     if name == "oue":
-        return _Case(
-            "pure-ldp",
-            SAME_REPORTS,
-            "unbiased",
-            "unbiased",
+        return same_reports(
             lambda batch, _items: ue_rows(batch, d, np.int64),
             lambda reports: run(UEServer(epsilon, d, use_oue=True, index_mapper=_identity), reports),
             unchanged,
@@ -206,8 +200,7 @@ def _pure_ldp(name: str, d: int, epsilon: float) -> _Case:
         client = LHClient(epsilon, d, use_olh=True, index_mapper=_identity)
         return [client.privatise(item) for item in items.tolist()]
 
-    return _Case(
-        "pure-ldp",
+    return case(
         SAME_INPUTS,
         "unbiased",
         "unbiased",
@@ -225,28 +218,21 @@ def _multi_freq_ldpy(name: str, d: int, epsilon: float) -> _Case:
     def frequencies(estimate: Any) -> FloatArray:
         return np.asarray(estimate, dtype=np.float64)
 
+    case = partial(_Case, "multi-freq-ldpy")
+    same_reports = partial(case, SAME_REPORTS, "MI (clip + renormalise)", "normsub")
     if name == "grr":
-        return _Case(
-            "multi-freq-ldpy",
-            SAME_REPORTS,
-            "MI (clip + renormalise)",
-            "normsub",
+        return same_reports(
             lambda batch, _items: grr_items(batch),
             lambda reports: frequencies(GRR_Aggregator_MI(reports, d, epsilon)),
             clip_renormalise,
         )
     if name == "oue":
-        return _Case(
-            "multi-freq-ldpy",
-            SAME_REPORTS,
-            "MI (clip + renormalise)",
-            "normsub",
+        return same_reports(
             lambda batch, _items: ue_rows(batch, d, np.float64),
             lambda reports: frequencies(UE_Aggregator_MI(reports, epsilon, optimal=True)),
             clip_renormalise,
         )
-    return _Case(
-        "multi-freq-ldpy",
+    return case(
         SAME_INPUTS,
         "MI (clip + renormalise)",
         "normsub",
