@@ -41,6 +41,8 @@ class Probe:
     #: per id: the slot holding it, or the free slot that ends its probe chain
     slots: I64
     found: NDArray[np.bool_]
+    #: no id occurs twice in the batch (each then has its own slot)
+    distinct: bool
 
 
 #: the slot hash multiplier (odd, secret, per process)
@@ -114,12 +116,13 @@ class RecentIds:
         previous, slots = self._probe(ids)
         dup = (previous >= 0) & (seq - previous <= self.horizon)
         ordered = np.sort(ids)
-        if n > 1 and (ordered[1:] == ordered[:-1]).any():  # an id repeated inside the batch
+        repeated = n > 1 and bool((ordered[1:] == ordered[:-1]).any())
+        if repeated:  # an id repeated inside the batch
             order = np.argsort(ids, kind="stable")
             again = np.flatnonzero(ids[order][1:] == ids[order][:-1]) + 1
             gap = order[again] - order[again - 1]
             dup[order[again[gap <= self.horizon]]] = True
-        return Probe(dup, self._version, slots, previous >= 0)
+        return Probe(dup, self._version, slots, previous >= 0, not repeated)
 
     # ------------------------------------------------------------------ updates
     def insert(self, ids: U64, probe: Probe | None = None) -> None:
@@ -157,9 +160,11 @@ class RecentIds:
                 self._place(ids[lost], seq[lost])
                 keep = np.ones(ids.shape[0], dtype=bool)
                 keep[lost] = False
-                np.maximum.at(self._seqs, final[keep], seq[keep])
-                return
-        np.maximum.at(self._seqs, final, seq)
+                final, seq = final[keep], seq[keep]
+        if probe.distinct:  # one slot per id: a plain store is the latest sequence number
+            self._seqs[final] = seq
+        else:
+            np.maximum.at(self._seqs, final, seq)
 
     def _place(self, ids: U64, seq: I64) -> None:
         slot = self._slots(ids)
