@@ -40,6 +40,10 @@ DEFAULT_MAX_ITER = 10_000
 
 #: Newton iterations a group gets before it is handed to plain EM (4-12 are typical)
 NEWTON_MAX_ITER = 100
+#: Newton iterations from a warm start before the group is solved again from the uniform
+#: point: a good warm start converges in 1-3, a poor one (tiny mass on many states that
+#: the previous fit had at 0) can crawl for the whole budget, each iteration a dense solve
+WARM_NEWTON_ITER = 12
 #: iterations at a first-order stationary point with a Newton step still above tol after
 #: which a group counts as stalled (a flat direction: its MLE is not a point)
 NEWTON_STALL = 5
@@ -180,8 +184,27 @@ def em_counts(
     total = c.sum(axis=1)
     empty = total <= 0
     newton_lls: list[FloatArray] | None = [log_likelihood(P, c, start)] if trace else None
-    newton = _newton(P, c, start, total, ~empty, tol, max_iter, newton_lls)
+    # a warm start that does not pay off within a few Newton iterations is dropped (below)
+    budget = max_iter if theta0 is None else min(max_iter, WARM_NEWTON_ITER)
+    newton = _newton(P, c, start, total, ~empty, tol, budget, newton_lls, _newton_start(start))
     theta, iterations, converged = newton.theta, newton.iterations, newton.converged
+    unfinished = ~converged  # stalled or out of budget (done groups are converged)
+    if theta0 is not None and unfinished.any():
+        newton.rerun[unfinished] = True
+        # a warm start puts tiny mass on every state the previous fit had at 0, and Newton
+        # can crawl from there; a unique MLE does not depend on the start, so solve those
+        # groups again from the uniform point of the same support (EM from theta0 reaches
+        # the same point) before falling back to plain EM
+        again = np.flatnonzero(unfinished)
+        uniform = np.where(start[again] > 0, 1.0, 0.0)
+        uniform /= uniform.sum(axis=1, keepdims=True)
+        pa = P if P.ndim == 2 else P[again]
+        retry = _newton(pa, c[again], uniform, total[again], ~empty[again], tol, max_iter, None)
+        solved = ~retry.rerun
+        newton.rerun[again[solved]] = False
+        theta[again[solved]] = retry.theta[solved]
+        iterations[again[solved]] += retry.iterations[solved]
+        converged[again[solved]] = retry.converged[solved]
     rerun = np.flatnonzero(newton.rerun)
     em_lls: list[FloatArray] | None = [] if trace else None
     if rerun.size:
@@ -193,6 +216,20 @@ def em_counts(
     # one entry per iteration of the longest-running group (later ones would only repeat)
     lls = _merge_traces(newton_lls, em_lls, rerun)[: int(iterations.max(initial=0)) + 1] if trace else []
     return EMResult(theta=theta, iterations=iterations, converged=converged, empty=empty, loglik=lls)
+
+
+def _newton_start(start: FloatArray) -> FloatArray:
+    """Where Newton starts from a warm start: the previous fit itself. :func:`warm_start`
+    mixes a little uniform mass into it so that EM, which never revives a zero, can
+    reach every state; Newton frees any state of the support whose gradient points
+    inward, so from tiny states it would only crawl back out (each iteration a dense
+    solve over all of them). States at the mixed-in floor start at 0 instead; the
+    support, and so the answer, stay those of ``start``."""
+    k = start.shape[1]
+    floor = 2.0 * WARM_START_MIX / k
+    first = np.where(start > floor, start, 0.0)
+    total = first.sum(axis=1, keepdims=True)
+    return np.where(total > 0, first / np.where(total > 0, total, 1.0), start)
 
 
 @dataclass(frozen=True)
@@ -213,8 +250,10 @@ def _newton(
     tol: float,
     max_iter: int,
     lls: list[FloatArray] | None,
+    first: FloatArray | None = None,
 ) -> _NewtonResult:
-    """Safeguarded active-set Newton for max L(theta) over the simplex, per group.
+    """Safeguarded active-set Newton for max L(theta) over the simplex, per group, over
+    the support of ``start``, from ``first`` (default: ``start``).
 
     With w = P^T (c / P theta) / N (EM's multiplicative update; N w is the gradient of L),
     the KKT conditions of the MLE are w_k = 1 where theta_k > 0 and w_k <= 1 where
@@ -237,7 +276,7 @@ def _newton(
     stops at an MLE that is not unique.
     """
     g, k = start.shape
-    theta = start.copy()
+    theta = (start if first is None else first).copy()
     support = start > 0
     iterations = np.zeros(g, dtype=np.int64)
     stall = np.zeros(g, dtype=np.int64)
