@@ -21,10 +21,14 @@ def _rate(value: object) -> bool:
 
 
 def test_ingest_drains_and_folds_every_message() -> None:
-    # large enough that neither side gets everything in its first fetch (the clock starts there)
-    rows = kafka.bench_ingest(messages=50_000, batched_reports=400_000, per_message=1_000, repeats=1, seed=3)
+    # large enough that neither side can get everything in its first fetch (the clock
+    # starts there): 20,000 records per getmany, 1 MiB per partition per fetch, and the
+    # batched messages (about 10 kB each) fill every partition several times over
+    rows = kafka.bench_ingest(
+        messages=50_000, batched_reports=2_000_000, per_message=1_000, repeats=1, seed=3
+    )
     assert [r["case"] for r in rows] == ["single-report messages", "1000 reports per message"]
-    assert rows[1]["messages"] == 400 and rows[1]["reports"] == 400_000
+    assert rows[1]["messages"] == 2_000 and rows[1]["reports"] == 2_000_000
     for row in rows:
         assert _rate(row["bare_messages_per_s"]) and _rate(row["kvldp_reports_per_s"]), row
         assert row["met"] is (
