@@ -59,7 +59,7 @@ class RecentIds:
         self._keys = np.zeros(0, dtype=np.uint64)
         self._seqs = np.zeros(0, dtype=np.int64)
         self._since_rebuild = 0
-        self._version = 0  # bumped by every insert: a probe of an older version is stale
+        self._version = 0  # bumped by every change of the table: older probes are stale
         if ids is not None and ids.size:
             self.insert(np.asarray(ids, dtype=np.uint64)[-horizon:])
 
@@ -73,6 +73,7 @@ class RecentIds:
         return np.roll(self._ring, -end)[self.horizon - held :] if held else self._ring[:0].copy()
 
     def _allocate(self) -> None:
+        self._version += 1  # a probe of the unallocated table has no slots
         # at most 2 x horizon entries between rebuilds, kept under 1/2 load
         bits = max(4, math.ceil(math.log2(4 * self.horizon)))
         self._shift = np.uint64(64 - bits)
