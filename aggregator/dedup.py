@@ -104,10 +104,6 @@ class RecentIds:
             slot[pending] = (s[more] + 1) & self._mask
         return out, slot
 
-    def latest(self, ids: U64) -> I64:
-        """Sequence number of each id's latest occurrence, or -1 (pure)."""
-        return self._probe(ids)[0]
-
     def duplicates(self, ids: U64) -> Probe:
         """Which of the next tagged reports, with these ids (non-zero, in order), are
         duplicates under the rule (pure: :meth:`insert` records them afterwards, reusing
