@@ -5,9 +5,11 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= dev,broker
+EXTRAS ?= dev,broker,plots
 
-.PHONY: demo test lint typecheck unit venv clean prometheus bench-deps
+.PHONY: demo test lint typecheck unit venv clean prometheus bench-deps evaluate
+
+EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvldp needs Python >= 3.11")'
@@ -34,6 +36,10 @@ unit: $(STAMP)
 # the peer libraries `kvldp bench peers` compares against (optional: not needed by make test)
 bench-deps: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
+
+# the papers' full grids (about an hour on two cores); outputs land in docs/results/NAME/
+evaluate: $(STAMP)
+	@for e in $(EXPERIMENTS); do $(BIN)/kvldp evaluate --experiment $$e --out docs/results/$$e || exit 1; done
 
 # the real-Prometheus test needs Debian's prometheus; install it only when it is missing
 prometheus:

@@ -104,13 +104,21 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.experiment:
+        return cmd_experiment(args)
+    missing = [flag for flag in ("mechanism", "epsilon", "keys") if getattr(args, flag) is None]
+    if missing:
+        raise KvldpError(f"evaluate needs --{', --'.join(missing)} (or --experiment NAME)")
     mech = create(args.mechanism, args.keys, args.epsilon, **parse_assignments(args.param))
     if args.estimator not in mech.estimator_names:
         raise KvldpError(
             f"{mech.name} has no estimator {args.estimator!r} (available: {', '.join(mech.estimator_names)})"
         )
+    dataset = args.dataset or "gaussian"
+    from_file = dataset.startswith(datasets.CSV_PREFIX)
+    users = args.users if args.users is not None or from_file else 100_000
     try:
-        data = datasets.generate(args.dataset, args.users, args.keys, args.seed)
+        data = datasets.generate(dataset, users, args.keys, args.seed)
     except ValueError as exc:
         raise KvldpError(str(exc)) from None
     names = [f"k{i}" for i in range(mech.d)]
@@ -118,6 +126,55 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     result = evaluate(mech, args.estimator, data, args.repeats, args.seed, not args.json, queries)
     text = "\n".join(f"{k}: {v}" for k, v in result.items())
     _emit(result, args.json, text)
+    return 0
+
+
+def cmd_experiment(args: argparse.Namespace) -> int:
+    from kvldp.experiments import EXPERIMENTS
+    from kvldp.experiments.runner import run, write
+
+    experiment = EXPERIMENTS.get(args.experiment)
+    if experiment is None:
+        raise KvldpError(f"unknown experiment {args.experiment!r} (known: {', '.join(EXPERIMENTS)})")
+    override = args.dataset
+    if override is not None and not override.startswith(datasets.CSV_PREFIX):
+        raise KvldpError("--experiment takes --dataset csv:PATH only (the grids name their synthetic data)")
+    try:
+        rows = run(experiment, args.quick, args.seed, not args.json, override)
+    except ValueError as exc:
+        raise KvldpError(str(exc)) from None
+    out = Path(args.out) if args.out else Path("results") / experiment.name
+    command = " ".join(
+        [
+            "kvldp evaluate",
+            f"--experiment {experiment.name}",
+            *(["--quick"] if args.quick else []),
+            *([f"--dataset {override}"] if override else []),
+            *([f"--seed {args.seed}"] if args.seed else []),
+        ]
+    )
+    paths = write(experiment, rows, out, command)
+    _emit(
+        {"experiment": experiment.name, "cells": len(rows), "files": [str(p) for p in paths]},
+        args.json,
+        "\n".join(f"wrote {p}" for p in paths),
+    )
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from kvldp.advise import advise
+
+    ranking = advise(args.keys, args.epsilon, args.keys_per_device, args.users, args.objective)
+    payload = {"ranking": [a.to_dict() for a in ranking]}
+    width = max(len(a.mechanism) for a in ranking) + 12
+    lines = [f"{'mechanism':<{width}} {'MSE(f)':>10} {'MSE(m)':>10}  why"]
+    for a in ranking:
+        label = a.mechanism + "".join(f" {k}={v}" for k, v in a.params.items())
+        lines.append(
+            f"{label:<{width}} {a.predicted_mse_frequency:>10.3g} {a.predicted_mse_mean:>10.3g}  {a.why}"
+        )
+    _emit(json.loads(json.dumps(payload, default=str).replace("NaN", "null")), args.json, "\n".join(lines))
     return 0
 
 
@@ -251,11 +308,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_audit)
 
-    p = sub.add_parser("evaluate", help="simulate, perturb, fold, estimate and score against the truth")
-    _mechanism_args(p)
+    p = sub.add_parser(
+        "evaluate", help="simulate, perturb, fold, estimate and score against the truth (or a paper's grid)"
+    )
+    p.add_argument("--experiment", help="run a paper's whole grid (see docs/results/README.md)")
+    p.add_argument("--out", help="output folder of --experiment (default: results/NAME/)")
+    p.add_argument("--quick", action="store_true", help="--experiment at reduced n and repeats (< 1 minute)")
+    p.add_argument("--mechanism", help=f"one of: {', '.join(names())}")
+    p.add_argument("--epsilon", type=_positive_float, help="privacy budget per report")
+    p.add_argument("--keys", type=_positive_int, help="number of keys d")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="mechanism parameter (repeatable)")
     p.add_argument("--estimator", default="unbiased", help="unbiased, em, em4 (privkv), normsub, paper")
-    p.add_argument("--dataset", default="gaussian", help=f"one of: {', '.join(datasets.names())}")
-    p.add_argument("--users", type=_positive_int, default=100_000)
+    p.add_argument("--dataset", help=f"one of: {datasets.describe()} (default gaussian)")
+    p.add_argument("--users", type=_positive_int, help="simulated users (default 100000; none with csv:)")
     p.add_argument("--repeats", type=_positive_int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
@@ -266,6 +331,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("advise", help="rank the key-value mechanisms for a deployment by predicted MSE")
+    p.add_argument("--keys", type=_positive_int, required=True, help="number of keys d")
+    p.add_argument("--epsilon", type=_positive_float, required=True, help="privacy budget per report")
+    p.add_argument("--keys-per-device", type=_positive_int, required=True, help="keys a device holds (L)")
+    p.add_argument("--users", type=_positive_int, default=100_000, help="devices reporting (default 100000)")
+    p.add_argument(
+        "--objective",
+        default="sum",
+        choices=("sum", "frequency", "mean"),
+        help="rank by MSE(f) + MSE(m) (default)",
+    )
+    p.add_argument("--json", action="store_true", help='print {"ranking": [...]} best first')
+    p.set_defaults(func=cmd_advise)
 
     p = sub.add_parser("bench", help="benchmarks (measurements, not tests)")
     bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -363,7 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--simulate", metavar="DATASET", help=f"one of: {', '.join(datasets.names())}")
     source.add_argument(
-        "--from-csv", metavar="FILE", help="device,key,value rows, one device's rows together"
+        "--from-csv",
+        metavar="FILE",
+        help="device,key,value rows (one device's rows together), or a ratings file user,item,rating "
+        "(comma or tab separated, extra columns ignored; items outside the collection's keys dropped)",
     )
     p.add_argument("--users", type=_positive_int, help="simulated devices (with --simulate)")
     p.add_argument("--seed", type=int, help="seed the simulated data and perturbation (tests, demos)")

@@ -10,7 +10,7 @@ means are both defined — undefined estimates are excluded and counted, never z
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ import numpy as np
 
 from common.conditional import ConditionalQuery, conditional_truth
 from common.errors import KvldpError
+from common.estimate import Estimate
 from common.mechanisms.base import Mechanism
 from common.mechanisms.ioh import JointStateMechanism
 from common.primitives import FloatArray
@@ -65,9 +66,11 @@ def evaluate(
     seed: int,
     show_progress: bool = True,
     queries: Sequence[ConditionalQuery] = (),
+    extra: Callable[[Estimate], Mapping[str, float]] | None = None,
 ) -> dict[str, Any]:
     """Run ``repeats`` collections of ``dataset`` through ``mechanism`` and score ``estimator``
-    (and, for joint-state mechanisms, the conditional ``queries``)."""
+    (and, for joint-state mechanisms, the conditional ``queries``). ``extra`` adds
+    experiment-specific metrics of each repeat's estimate, averaged like the others."""
     if repeats < 1:
         raise ValueError("--repeats must be at least 1")
     if queries and not isinstance(mechanism, JointStateMechanism):
@@ -79,6 +82,7 @@ def evaluate(
     rng = np.random.default_rng(np.random.SeedSequence([seed, 1]))
     scores: list[RepeatScore] = []
     cond_scores: list[RepeatScore] = []
+    extras: list[Mapping[str, float]] = []
     started = time.perf_counter()
     with Progress(repeats, f"{mechanism.name}/{estimator}") as bar:
         bar.enabled = bar.enabled and show_progress
@@ -86,6 +90,8 @@ def evaluate(
             stats = mechanism.collect(dataset.users, rng)
             est = mechanism.estimate(stats, estimator)
             scores.append(score(est.frequency, est.mean, true_f, true_m))
+            if extra is not None:
+                extras.append(extra(est))
             if queries:
                 assert isinstance(mechanism, JointStateMechanism)
                 answers = mechanism.conditional_many(stats, list(queries), estimator)
@@ -124,6 +130,7 @@ def evaluate(
         "mae_mean": _nanmean([s.mae_mean for s in scores]) if values else None,
         "undefined_means": float(np.mean([s.undefined_means for s in scores])) if values else None,
         **conditional,
+        **{name: _nanmean([e[name] for e in extras]) for name in (extras[0] if extras else {})},
         "seconds": seconds,
         "seconds_per_repeat": seconds / repeats,
     }

@@ -33,6 +33,7 @@ from kvldp.progress import Progress
 from producer import simulate
 from producer.collector import Collector
 from producer.csvsource import read_devices
+from producer.ratings import is_ratings_file, read_ratings
 from producer.recording import record, replay
 
 ENV_BOOTSTRAP = "KVLDP_BOOTSTRAP_SERVERS"
@@ -163,7 +164,8 @@ async def _publish_csv(sdk: Collector, path: Path, batch_size: int, chunk: int =
     keys = frozenset(sdk.collection.keys)
     ids: list[str] = []
     devices: list[dict[str, float]] = []
-    for device, pairs in read_devices(path, keys):
+    source = read_ratings(path).devices(keys) if is_ratings_file(path) else read_devices(path, keys)
+    for device, pairs in source:
         ids.append(device)
         devices.append(pairs)
         if len(devices) >= chunk:

@@ -18,6 +18,17 @@ class InvalidCsv(KvldpError):
     """A CSV row is malformed (the message names the line)."""
 
 
+def parse_number(text: str, where: str) -> float:
+    """A finite float, or :class:`InvalidCsv` saying ``where`` (file, line, field) it failed."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise InvalidCsv(f"{where} {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise InvalidCsv(f"{where} {text!r} is not finite")
+    return value
+
+
 def read_devices(path: Path, keys: frozenset[str]) -> Iterator[tuple[str, dict[str, float]]]:
     """Yield (device id, {key: raw value}) per device, in file order."""
     seen: set[str] = set()
@@ -36,12 +47,7 @@ def read_devices(path: Path, keys: frozenset[str]) -> Iterator[tuple[str, dict[s
             device, key, text = (cell.strip() for cell in row)
             if lineno == 1 and (device, key, text) == ("device", "key", "value"):
                 continue  # header
-            try:
-                value = float(text)
-            except ValueError:
-                raise InvalidCsv(f"{path}:{lineno}: value {text!r} is not a number") from None
-            if not math.isfinite(value):
-                raise InvalidCsv(f"{path}:{lineno}: value {text!r} is not finite")
+            value = parse_number(text, f"{path}:{lineno}: value")
             if key not in keys:
                 raise InvalidCsv(f"{path}:{lineno}: key {key!r} is not a key of the collection")
             if device != current:

@@ -10,6 +10,11 @@ lie in [-1, 1]. The same generators drive ``kvldp evaluate`` and the simulated d
 * ``uniform``, ``gaussian_pckv`` — PCKV's UU and GG (D4, §13.4): one pair per user.
 * ``zipf`` — D1's Zipf data (§13.5): one item per user from numpy's Zipf(a = 1.12)
   truncated to the d keys; values are per-key constants as in UU.
+* ``sun_uniform``, ``sun_gaussian`` — Sun et al.'s synthetic data (D0, §13.1, the spec's
+  generator): per key f_k ~ U(0, 1), m_k ~ U(-1, 1) (or truncated N(0.5, 0.2^2) and
+  N(0, 0.5^2)); a user holds key k with probability f_k, v = clip(N(m_k, 0.2^2)).
+* ``csv:PATH`` — a ratings file (:mod:`producer.ratings`): the d most-rated items are
+  the keys, ratings scaled into [-1, 1] from the file's rating range, every user kept.
 * ``conditional`` — correlated keys for conditional analysis (§13.1 leaves the
   generator open): a user-level factor z ~ N(0, 1) drives both presence (key k is held
   when 0.5 z + sqrt(0.75) e_k falls below the 50% quantile, so every pair of keys is
@@ -24,12 +29,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from statistics import NormalDist
 
 import numpy as np
 
 from common.kvdata import KVData
 from common.primitives import FloatArray
+from producer.ratings import read_ratings
 
 POWERLAW_A = 0.5063029806
 POWERLAW_B = 1.5795733620
@@ -116,6 +123,29 @@ def zipf_items(n: int, d: int, rng: np.random.Generator) -> KVData:
     return KVData.from_single_key(d, keys, mu[keys])
 
 
+def _truncated_normal(
+    mu: float, sigma: float, lo: float, hi: float, size: int, rng: np.random.Generator
+) -> FloatArray:
+    out = np.empty(0)
+    while out.shape[0] < size:
+        z = rng.normal(mu, sigma, 4 * size + 16)
+        out = np.concatenate([out, z[(z >= lo) & (z <= hi)]])
+    return out[:size]
+
+
+def sun_synthetic(n: int, d: int, rng: np.random.Generator, gaussian: bool) -> KVData:
+    """D0's "uniform" / "Gaussian" data (see the module docstring)."""
+    if gaussian:
+        f = _truncated_normal(0.5, 0.2, 0.0, 1.0, d, rng)
+        m = _truncated_normal(0.0, 0.5, -1.0, 1.0, d, rng)
+    else:
+        f = rng.uniform(0.0, 1.0, d)
+        m = rng.uniform(-1.0, 1.0, d)
+    present = rng.random((n, d)) < f[None, :]
+    values = np.clip(rng.normal(m[None, :], 0.2, (n, d)), -1.0, 1.0)
+    return KVData.from_dense(present, values)
+
+
 def correlated_keys(n: int, d: int, rng: np.random.Generator, rho: float = 0.5) -> KVData:
     """The ``conditional`` dataset (see the module docstring)."""
     z = rng.standard_normal(n)
@@ -133,17 +163,38 @@ GENERATORS: dict[str, Callable[[int, int, np.random.Generator], KVData]] = {
     "gaussian_pckv": gaussian_pairs,
     "zipf": zipf_items,
     "conditional": correlated_keys,
+    "sun_uniform": lambda n, d, rng: sun_synthetic(n, d, rng, gaussian=False),
+    "sun_gaussian": lambda n, d, rng: sun_synthetic(n, d, rng, gaussian=True),
 }
+CSV_PREFIX = "csv:"
 
 
 def names() -> list[str]:
     return sorted(GENERATORS)
 
 
-def generate(name: str, n: int, d: int, seed: int = 0) -> Dataset:
-    """Build the population ``name`` with ``n`` users over ``d`` keys."""
+def describe() -> str:
+    """The dataset names for help texts, the ratings-file form included."""
+    return f"{', '.join(names())}, or {CSV_PREFIX}PATH (a user,item,rating file)"
+
+
+def generate(name: str, n: int | None, d: int, seed: int = 0) -> Dataset:
+    """Build the population ``name`` with ``n`` users over ``d`` keys.
+
+    ``csv:PATH`` reads a ratings file instead: its users (``n`` must be None) over its
+    ``d`` most-rated items.
+    """
+    if name.startswith(CSV_PREFIX):
+        if n is not None:
+            raise ValueError(f"{name} brings its own users; drop the user count")
+        ratings = read_ratings(Path(name[len(CSV_PREFIX) :]))
+        if d > len(ratings.item_ids):
+            raise ValueError(f"{name} rates {len(ratings.item_ids)} items, fewer than the {d} keys asked for")
+        return Dataset(name=name, users=ratings.to_population(ratings.top_items(d)), seed=seed)
     if name not in GENERATORS:
-        raise ValueError(f"unknown dataset {name!r} (known: {', '.join(names())})")
+        raise ValueError(f"unknown dataset {name!r} (known: {describe()})")
+    if n is None:
+        raise ValueError(f"dataset {name} needs a user count")
     if n < 1 or d < 1:
         raise ValueError("a dataset needs at least one user and one key")
     rng = np.random.default_rng(np.random.SeedSequence([seed, 0x6B76]))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,3 +62,10 @@ class Rec:
     timestamp: int
     key: bytes | None
     value: bytes | None
+
+
+def run_kvldp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m kvldp ARGS`` as a user runs it: output captured, exit status kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "kvldp", *args], capture_output=True, text=True, timeout=timeout, check=False
+    )

@@ -163,6 +163,31 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
     assert set(payload["windows"]["all"]["estimators"]["unbiased"]["frequency"]) == {"k0", "k1", "k2"}
 
 
+async def test_cli_produce_ratings_file(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """A MovieLens-style ratings file (tab separated, a timestamp column, rows not grouped
+    by user, items outside the collection) publishes one report per user."""
+    collection = unique_collection("kvue", 3)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    ratings = tmp_path / "u.data"
+    rows = ["user_id\titem_id\trating\ttimestamp"]
+    items = ["k0", "k1", "k2", "other"]
+    # user u holds two items, its rows apart: (u, items[u % 4]) first, (u, items[(u + 1) % 4]) later
+    rows += [f"u{u}\t{items[(u + half) % 4]}\t{1 + u % 5}\t0" for half in (0, 1) for u in range(120)]
+    ratings.write_text("\n".join(rows) + "\n")
+    done = await asyncio.to_thread(
+        run_cli,
+        "produce",
+        "--collection",
+        str(toml),
+        "--from-csv",
+        str(ratings),
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "published 120 reports" in done.stderr
+
+
 async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: Path) -> None:
     collection = unique_collection("kvue", 3)
     toml = collection_toml(collection, tmp_path / "c.toml")

@@ -1,0 +1,70 @@
+"""What an experiment is: a grid of cells, the paper's printed numbers, and its claims.
+
+A *cell* is one (population, mechanism, estimator, epsilon) setting scored over a
+number of repeats; a *series* is a line of a figure or a column of a table (one
+mechanism with one estimator), a *panel* one dataset (or one d, n setting). ``role``
+separates the paper's mechanisms from what kvldp adds, so that "beat the papers" is
+computed, never typed in. Printed numbers ride on the cells they belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from common.conditional import ConditionalQuery
+from common.estimate import Estimate
+from common.primitives import FloatArray
+
+Row = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Cell:
+    panel: str
+    x: float
+    series: str
+    role: str  # "paper": a mechanism of the paper; "kvldp": what kvldp adds
+    dataset: str
+    users: int | None
+    keys: int
+    epsilon: float
+    mechanism: str
+    estimator: str
+    repeats: int
+    params: Mapping[str, Any] = field(default_factory=dict)
+    paper_mse_frequency: float | None = None
+    paper_mse_mean: float | None = None
+    theory: bool = False
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str
+    holds: bool | None  # None: the grid does not contain the settings the claim is about
+    evidence: str
+
+
+@dataclass(frozen=True)
+class Metric:
+    column: str
+    label: str
+    scale: float = 1.0  # the table prints value / scale (D2 prints MSE(f) x 10^-4)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    title: str
+    source: str
+    x_name: str  # "epsilon" or "users"
+    cells: Callable[[bool], list[Cell]]
+    metrics: Sequence[Metric]
+    notes: str = ""
+    claims: Callable[[list[Row]], list[Claim]] = lambda rows: []
+    extra: Callable[[FloatArray, FloatArray], Callable[[Estimate], Mapping[str, float]]] | None = None
+    queries: Callable[[int], list[ConditionalQuery]] | None = None
+    duel_metrics: Sequence[str] = ("mse_frequency", "mse_mean")
+    log_x: bool = False
+    data_seed: int = 0

@@ -1,0 +1,98 @@
+"""Predicted accuracy of a mechanism on a population, without simulating it.
+
+The prediction is exact in expectation and analytic in spread: the mechanism's
+``expected_stats`` (the statistics the population produces on average, computed from
+the probability model) go through the estimator once; the estimate's deviation from the
+truth is the estimator's bias — PCKV's padding bias when devices hold more keys than
+``ell``, PrivKV's pull of the mean toward 0 — and its standard errors are the analytic
+variances at that point (spec §2-9; delta method for ratios). MSE = variance + bias^2,
+per key. Means are clipped into [-1, 1] by every estimator, so the mean's squared
+error is that of a clipped normal, E[(clip(X, -1, 1) - m)^2] with X ~ N(E m^, Var m^):
+where the delta-method variance is large (few holders per key) the clipped error stays
+bounded, as the estimates do. The same numbers serve ``kvldp advise`` and the "theory" rows of
+``kvldp evaluate --experiment``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.kvdata import KVData
+from common.mechanisms.base import Mechanism
+from common.primitives import FloatArray
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Per-key predicted squared errors (NaN where a mean is undefined)."""
+
+    mse_frequency: FloatArray
+    mse_mean: FloatArray
+    bias_frequency: FloatArray
+    bias_mean: FloatArray
+
+    def average(self, keys: np.ndarray | None = None) -> tuple[float, float]:
+        """(MSE_f, MSE_m) averaged over ``keys`` (all keys by default)."""
+        f = self.mse_frequency if keys is None else self.mse_frequency[keys]
+        m = self.mse_mean if keys is None else self.mse_mean[keys]
+        mean_m = float(np.nanmean(m)) if np.any(np.isfinite(m)) else float("nan")
+        return float(np.nanmean(f)), mean_m
+
+
+def predict(
+    mechanism: Mechanism, users: KVData, estimator: str = "unbiased", scale_users: float = 1.0
+) -> Prediction:
+    """Predicted per-key MSE of ``estimator`` on ``users``.
+
+    ``scale_users`` > 1 predicts for a population that many times larger with the same
+    composition: the variances are first order in 1/n, the bias does not depend on n.
+    """
+    true_f, true_m = users.truth()
+    est = mechanism.estimate(mechanism.expected_stats(users), estimator)
+    bias_f = est.frequency - true_f
+    var_f = est.frequency_stderr**2 / scale_users
+    if mechanism.collects_values:
+        bias_m = est.mean - true_m
+        mse_m = clipped_normal_mse(est.mean, est.mean_stderr / math.sqrt(scale_users), true_m)
+    else:
+        bias_m = np.full_like(true_f, np.nan)
+        mse_m = bias_m.copy()
+    return Prediction(
+        mse_frequency=var_f + bias_f**2,
+        mse_mean=mse_m,
+        bias_frequency=bias_f,
+        bias_mean=bias_m,
+    )
+
+
+def clipped_normal_mse(mu: FloatArray, sigma: FloatArray, target: FloatArray) -> FloatArray:
+    """E[(clip(X, -1, 1) - target)^2] for X ~ N(mu, sigma^2), elementwise (NaN stays NaN)."""
+    out = np.full(np.shape(mu), np.nan)
+    for i, (m, s, t) in enumerate(zip(mu, sigma, target, strict=True)):
+        if not (math.isfinite(m) and math.isfinite(s) and math.isfinite(t)):
+            continue
+        if s <= 0:
+            out[i] = (min(max(m, -1.0), 1.0) - t) ** 2
+            continue
+        a, b = (-1.0 - m) / s, (1.0 - m) / s
+        cdf_a, cdf_b = _phi_cdf(a), _phi_cdf(b)
+        pdf_a, pdf_b = _phi(a), _phi(b)
+        delta = m - t
+        inside = (
+            delta**2 * (cdf_b - cdf_a)
+            + 2 * delta * s * (pdf_a - pdf_b)
+            + s**2 * (cdf_b - cdf_a + a * pdf_a - b * pdf_b)
+        )
+        out[i] = cdf_a * (-1.0 - t) ** 2 + (1.0 - cdf_b) * (1.0 - t) ** 2 + inside
+    return out
+
+
+def _phi(z: float) -> float:
+    return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def _phi_cdf(z: float) -> float:
+    return 0.5 * (1.0 + math.erf(z / math.sqrt(2)))

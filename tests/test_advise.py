@@ -1,0 +1,100 @@
+"""``kvldp advise`` and the predictions behind it, against simulation.
+
+The issue's check: on a small grid of deployments, the mechanism advise ranks first has
+a simulated error within 20% of the best simulated one. The predictions themselves are
+checked against the simulated MSE with a tolerance from the spread of the repeats.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from common.mechanisms import create
+from kvldp.advise import CANDIDATES, advise, reference_population
+from kvldp.evaluate import evaluate
+from kvldp.predict import clipped_normal_mse, predict
+from producer.datasets import Dataset
+from tests.support import run_kvldp
+
+GRID = [(10, 1.0, 1), (10, 4.0, 3), (40, 2.0, 1), (40, 1.0, 8)]
+
+
+def _simulated(
+    name: str, params: dict[str, object], d: int, eps: float, ell: int, users: int, repeats: int
+) -> dict[str, float]:
+    pop = reference_population(d, ell, users)
+    mech = create(name, d, eps, **params)
+    out = evaluate(mech, CANDIDATES[name][0], Dataset("ref", pop, 0), repeats, seed=11, show_progress=False)
+    return {"f": out["mse_frequency"], "m": out["mse_mean"], "sd_f": out["mse_frequency_sd"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("d", "eps", "ell"), GRID)
+def test_recommended_mechanism_is_within_20_percent_of_the_best_simulated(
+    d: int, eps: float, ell: int
+) -> None:
+    users = 20_000
+    ranking = advise(d, eps, ell, users)
+    simulated = {a.mechanism: _simulated(a.mechanism, a.params, d, eps, ell, users, 8) for a in ranking}
+    total = {name: s["f"] + s["m"] for name, s in simulated.items()}
+    best = min(total.values())
+    assert total[ranking[0].mechanism] <= 1.2 * best, (ranking[0].mechanism, total)
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("pckv_ue", {"ell": 2}), ("pckv_grr", {"ell": 1}), ("kvue", {}), ("privkv", {})]
+)
+def test_predicted_frequency_mse_matches_simulation(name: str, params: dict[str, object]) -> None:
+    """MSE_f over keys is averaged over R repeats: |simulated - predicted| < 4 sd/sqrt(R)."""
+    d, eps, ell, users, repeats = 20, 2.0, 3, 20_000, 30
+    pop = reference_population(d, ell, users)
+    pred_f, _ = predict(create(name, d, eps, **params), pop).average()
+    sim = _simulated(name, params, d, eps, ell, users, repeats)
+    assert abs(sim["f"] - pred_f) < 4 * sim["sd_f"] / math.sqrt(repeats), (sim, pred_f)
+
+
+def test_padding_bias_is_in_the_prediction() -> None:
+    """ell = 1 for devices with 4 keys: each key is sampled 1/4 of the time, so PCKV's
+    frequency estimate is f/4 in expectation — a bias of -3f/4 = -0.15 at f = 0.2."""
+    pop = reference_population(20, 4, 2000)
+    pred = predict(create("pckv_ue", 20, 2.0, ell=1), pop)
+    assert np.allclose(pred.bias_frequency, -0.15)
+    assert np.allclose(predict(create("pckv_ue", 20, 2.0, ell=4), pop).bias_frequency, 0.0, atol=1e-9)
+
+
+def test_clipped_normal_mse_matches_monte_carlo() -> None:
+    rng = np.random.default_rng(3)
+    mu, sigma, target = (
+        np.array([0.2, 1.5, -0.7, 0.0]),
+        np.array([0.3, 2.0, 0.01, 5.0]),
+        np.array([0.1, 0.9, -0.7, 0.5]),
+    )
+    draws = np.clip(rng.normal(mu, sigma, (400_000, 4)), -1, 1)
+    sq = (draws - target) ** 2
+    # 4 standard errors of the Monte Carlo mean
+    sem = sq.std(axis=0) / math.sqrt(draws.shape[0])
+    assert np.all(np.abs(sq.mean(axis=0) - clipped_normal_mse(mu, sigma, target)) < 4 * sem)
+
+
+def test_advise_cli_json_ranks_best_first() -> None:
+    done = run_kvldp(
+        "advise", "--keys", "50", "--epsilon", "1", "--keys-per-device", "5", "--json", timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    ranking = json.loads(done.stdout)["ranking"]
+    assert {r["mechanism"] for r in ranking} == set(CANDIDATES)
+    totals = [r["predicted_mse_frequency"] + r["predicted_mse_mean"] for r in ranking]
+    assert totals == sorted(totals)
+    assert all(
+        {"mechanism", "predicted_mse_frequency", "predicted_mse_mean", "why"} <= set(r) for r in ranking
+    )
+    assert ranking[0]["why"].startswith("lowest predicted error")
+
+
+def test_advise_rejects_more_keys_per_device_than_keys() -> None:
+    done = run_kvldp("advise", "--keys", "5", "--epsilon", "1", "--keys-per-device", "6", timeout=60)
+    assert done.returncode == 2 and "exceeds --keys 5" in done.stderr

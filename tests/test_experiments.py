@@ -1,0 +1,113 @@
+"""``kvldp evaluate --experiment``: every grid runs quick end to end, and its parts are right.
+
+The quick grids go through the CLI (a subprocess, as a user runs them) and must finish
+inside the issue's one minute each; their outputs are read back and checked against the
+cells they should contain. The metrics of D1 and the "beat the paper" arithmetic are
+checked on hand-made inputs.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvldp.experiments import EXPERIMENTS
+from kvldp.experiments.metrics import kld, ncr, relative_error, squared_error, top
+from kvldp.experiments.report import duels
+from tests.support import run_kvldp
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(EXPERIMENTS))
+def test_quick_grid_writes_csv_markdown_and_plots(name: str, tmp_path: Path) -> None:
+    out = tmp_path / name
+    started = time.perf_counter()
+    done = run_kvldp("evaluate", "--experiment", name, "--quick", "--out", str(out), "--json", timeout=120)
+    elapsed = time.perf_counter() - started
+    assert done.returncode == 0, done.stderr
+    assert elapsed < 60, f"{name} --quick took {elapsed:.0f} s"
+    summary = json.loads(done.stdout)
+    cells = EXPERIMENTS[name].cells(True)
+    assert summary["cells"] == len(cells)
+    with (out / "results.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [(float(r["x"]), r["series"], r["panel"]) for r in rows] == [
+        (c.x, c.series, c.panel) for c in cells
+    ]
+    assert all(r["mse_frequency"] for r in rows)
+    report = (out / "README.md").read_text()
+    assert f"--experiment {name} --quick" in report and "## Beat the paper" in report
+    pngs = sorted(out.glob("*.png"))
+    assert pngs and all(p.stat().st_size > 5_000 for p in pngs)
+    assert all(f"]({p.name})" in report for p in pngs)
+
+
+def test_horigome_report_prints_the_papers_numbers_beside_ours(tmp_path: Path) -> None:
+    from kvldp.experiments.runner import run, write
+
+    experiment = EXPERIMENTS["horigome-table4"]
+    rows = run(experiment, quick=True, show_progress=False)
+    write(experiment, rows, tmp_path, "cmd")
+    text = (tmp_path / "README.md").read_text()
+    # Table 4, Gaussian, eps = 1: EM 18.076, PrivKV 22.588, PrivKVM 26.213 (x 1e-4)
+    for printed, series in ((18.08, "EM (paper)"), (22.59, "PrivKV"), (26.21, "PrivKVM")):
+        row = next(r for r in rows if r["series"] == series and r["x"] == 1.0)
+        ratio = row["mse_frequency"] / (printed * 1e-4)
+        assert f"{printed:.4g} / {row['mse_frequency'] / 1e-4:.4g} ({ratio:.2f})" in text
+
+
+def test_unknown_experiment_is_one_clear_line() -> None:
+    done = run_kvldp("evaluate", "--experiment", "nope", timeout=60)
+    assert done.returncode == 2
+    assert (
+        "unknown experiment 'nope' (known: horigome-table4" in done.stderr and "Traceback" not in done.stderr
+    )
+
+
+def test_topk_metrics_on_hand_made_estimates() -> None:
+    true = np.array([0.4, 0.3, 0.2, 0.1])
+    assert list(top(np.array([0.1, 0.3, 0.3, np.nan]), 3)) == [1, 2, 0]  # ties by index, NaN last
+    assert kld(true, true, 3) == pytest.approx(0.0, abs=1e-15)
+    assert ncr(true, true, 3) == 1.0
+    swapped = np.array([0.3, 0.4, 0.2, 0.1])
+    assert ncr(true, swapped, 2) == 1.0  # the same top-2 set, whatever the order
+    assert ncr(true, np.array([0.0, 0.0, 0.5, 0.4]), 2) == pytest.approx(0.0)
+    assert ncr(true, np.array([0.0, 0.5, 0.0, 0.4]), 2) == pytest.approx(
+        1 / 3
+    )  # item 2 of rank 2 scores 1 of 3
+    est = np.array([0.5, 0.3, 0.0, 0.2])
+    assert relative_error(true, est, 3) == pytest.approx(0.25)  # median of 0.25, 0, 1
+    assert squared_error(true, est, 2) == pytest.approx(0.005)  # shared top-2 {0, 1}: (0.01 + 0) / 2
+    # symmetric KL over the top 2 after renormalising: real (4/7, 3/7), est (5/8, 3/8)
+    real, guess = np.array([4 / 7, 3 / 7]), np.array([5 / 8, 3 / 8])
+    expected = 0.5 * (np.sum(real * np.log(real / guess)) + np.sum(guess * np.log(guess / real)))
+    assert kld(true, est, 2) == pytest.approx(expected)
+
+
+def test_beat_the_paper_compares_best_with_best() -> None:
+    def row(series: str, role: str, mse: float, printed: float | None = None) -> dict[str, object]:
+        return {
+            "panel": "P",
+            "x": 1.0,
+            "series": series,
+            "role": role,
+            "mse_frequency": mse,
+            "paper_mse_frequency": printed,
+        }
+
+    rows = [
+        row("A", "paper", 2.0, 1.5),
+        row("B", "paper", 1.0, 2.5),
+        row("C", "kvldp", 0.8),
+        row("D", "kvldp", math.nan),
+    ]
+    (d,) = duels(rows, "mse_frequency")
+    assert (d.paper_series, d.paper_reproduced, d.paper_printed, d.kvldp_series) == ("B", 1.0, 1.5, "C")
+    assert d.gain_vs_reproduced == pytest.approx(0.2)
+    assert d.gain_vs_printed == pytest.approx(1 - 0.8 / 1.5)
