@@ -1,6 +1,6 @@
 """PNG figures in the papers' style: one figure per panel, a subplot per metric, error
 against epsilon (or n) on a log scale, one line per series; the paper's printed numbers
-are drawn as hollow markers on the same axes. matplotlib is the optional ``plots`` extra:
+are drawn as hollow markers, analytic predictions ("theory") as dotted lines. matplotlib is the optional ``plots`` extra:
 without it the report says so and the CSV and Markdown are still written."""
 
 from __future__ import annotations
@@ -55,6 +55,19 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
                 ]
                 if printed:
                     ax.plot(*zip(*printed, strict=True), "s", mfc="none", color=line.get_color(), ms=6)
+                theory_col = {
+                    "mse_frequency": "predicted_mse_frequency",
+                    "mse_mean": "predicted_mse_mean",
+                }.get(metric.column)
+                theory = [
+                    (r["x"], r[theory_col])
+                    for r in mine
+                    if r["series"] == series and theory_col and _positive(r.get(theory_col))
+                ]
+                if theory:
+                    ax.plot(
+                        *zip(*theory, strict=True), ":", color=line.get_color(), label=f"{series} (theory)"
+                    )
             ax.set_yscale("log")
             if experiment.log_x:
                 ax.set_xscale("log")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from kvldp.experiments.model import Experiment, Metric, Row
@@ -140,6 +141,15 @@ def markdown(experiment: Experiment, rows: list[Row], command: str, pngs: list[s
     out += ["Made by:", "", "```", command, "```", ""]
     if experiment.notes:
         out += [experiment.notes.strip(), ""]
+    files = sorted({r["dataset"] for r in rows if str(r["dataset"]).startswith("csv:")})
+    if files:
+        out += [
+            f"Population replaced by the ratings file `{Path(files[0][4:]).name}`: all its users, its "
+            "most-rated items as the keys, ratings scaled linearly into [-1, 1] from the file's range. "
+            "The grid's settings (ε, mechanisms) are the experiment's; its synthetic data and the "
+            "paper's printed numbers do not apply.",
+            "",
+        ]
     repeats = sorted({r["repeats"] for r in rows})
     users = sorted({r["users"] for r in rows})
     out += [
