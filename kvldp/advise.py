@@ -27,6 +27,7 @@ from common.mechanisms import create
 from kvldp.predict import predict
 
 OBJECTIVES = ("sum", "frequency", "mean")
+PAIR_BUDGET = 2_000_000  # key-value pairs of the reference population (memory and time)
 
 # mechanism -> (estimator the prediction is for, parameters, one-line description)
 CANDIDATES: dict[str, tuple[str, dict[str, Any], str]] = {
@@ -76,15 +77,18 @@ class Advice:
 
 
 def reference_population(d: int, ell: int, users: int) -> KVData:
-    """About ``users`` devices (a multiple of d, at most ~2e6 pairs) holding exactly ``ell``
-    keys each, every key held by the share ell/d; key k's holders all report its mean,
-    spread evenly over [-0.9, 0.9]. Estimators that leave a mean undefined below a count
+    """About ``users`` devices (capped near 2e6 key-value pairs) holding ``ell`` keys each:
+    device u holds the ``ell`` keys from (u * ell) mod d on, so every d / gcd(d, ell)
+    devices cover each key equally often. Key k's holders all report its mean, spread
+    evenly over [-0.9, 0.9]. Estimators that leave a mean undefined below a count
     threshold see the deployment's own n unless that would be over the pair budget."""
-    users = d * max(1, round(min(users, max(2e6 / ell, 2000)) / d))
-    base = np.arange(users, dtype=np.int64)[:, None]
-    keys = np.sort((base + np.arange(ell, dtype=np.int64)[None, :]) % d, axis=1)
+    block = d // math.gcd(d, ell)
+    target = min(users, PAIR_BUDGET / ell)
+    size = block * max(1, round(target / block)) if block * ell <= PAIR_BUDGET else max(1, round(target))
+    start = (np.arange(size, dtype=np.int64) * ell) % d
+    keys = np.sort((start[:, None] + np.arange(ell, dtype=np.int64)[None, :]) % d, axis=1)
     means = np.linspace(-0.9, 0.9, d) if d > 1 else np.zeros(1)
-    indptr = np.arange(0, users * ell + 1, ell, dtype=np.int64)
+    indptr = np.arange(0, size * ell + 1, ell, dtype=np.int64)
     return KVData(d=d, indptr=indptr, keys=keys.ravel(), values=means[keys.ravel()])
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Sequence
@@ -105,14 +106,24 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
     if args.experiment:
+        given = [
+            f
+            for f in ("mechanism", "epsilon", "keys", "param", "estimator", "users", "repeats", "query")
+            if getattr(args, f) is not None
+        ]
+        if given:
+            raise KvldpError(f"--experiment runs a fixed grid; drop --{', --'.join(given)}")
         return cmd_experiment(args)
+    if args.quick or args.out:
+        raise KvldpError("--quick and --out go with --experiment NAME")
     missing = [flag for flag in ("mechanism", "epsilon", "keys") if getattr(args, flag) is None]
     if missing:
         raise KvldpError(f"evaluate needs --{', --'.join(missing)} (or --experiment NAME)")
     mech = create(args.mechanism, args.keys, args.epsilon, **parse_assignments(args.param))
-    if args.estimator not in mech.estimator_names:
+    estimator = args.estimator or "unbiased"
+    if estimator not in mech.estimator_names:
         raise KvldpError(
-            f"{mech.name} has no estimator {args.estimator!r} (available: {', '.join(mech.estimator_names)})"
+            f"{mech.name} has no estimator {estimator!r} (available: {', '.join(mech.estimator_names)})"
         )
     dataset = args.dataset or "gaussian"
     from_file = dataset.startswith(datasets.CSV_PREFIX)
@@ -123,7 +134,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise KvldpError(str(exc)) from None
     names = [f"k{i}" for i in range(mech.d)]
     queries = [parse_query(text, names) for text in args.query or []]
-    result = evaluate(mech, args.estimator, data, args.repeats, args.seed, not args.json, queries)
+    result = evaluate(mech, estimator, data, args.repeats or 1, args.seed, not args.json, queries)
     text = "\n".join(f"{k}: {v}" for k, v in result.items())
     _emit(result, args.json, text)
     return 0
@@ -174,7 +185,11 @@ def cmd_advise(args: argparse.Namespace) -> int:
         lines.append(
             f"{label:<{width}} {a.predicted_mse_frequency:>10.3g} {a.predicted_mse_mean:>10.3g}  {a.why}"
         )
-    _emit(json.loads(json.dumps(payload, default=str).replace("NaN", "null")), args.json, "\n".join(lines))
+    for entry in payload["ranking"]:  # an undefined prediction is null in JSON, never NaN
+        for field in ("predicted_mse_frequency", "predicted_mse_mean"):
+            if not math.isfinite(entry[field]):
+                entry[field] = None
+    _emit(payload, args.json, "\n".join(lines))
     return 0
 
 
@@ -318,10 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--epsilon", type=_positive_float, help="privacy budget per report")
     p.add_argument("--keys", type=_positive_int, help="number of keys d")
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="mechanism parameter (repeatable)")
-    p.add_argument("--estimator", default="unbiased", help="unbiased, em, em4 (privkv), normsub, paper")
+    p.add_argument("--estimator", help="unbiased (default), em, em4 (privkv), normsub, paper")
     p.add_argument("--dataset", help=f"one of: {datasets.describe()} (default gaussian)")
     p.add_argument("--users", type=_positive_int, help="simulated users (default 100000; none with csv:)")
-    p.add_argument("--repeats", type=_positive_int, default=1)
+    p.add_argument("--repeats", type=_positive_int, help="collections simulated and scored (default 1)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--query",

@@ -1,8 +1,8 @@
 """Public ratings datasets (``user,item,rating``) as key-value populations.
 
 Ratings files are how the papers' real data comes (MovieLens, Clothing, Amazon): one
-row per rating, extra columns (a timestamp) ignored, separated by commas or tabs, with
-or without a header, in any row order. A user is a device, an item is a key, a rating
+row per rating, extra columns (a timestamp) ignored, separated by commas, tabs or
+MovieLens 10M's ``::``, with or without a header, in any row order. A user is a device, an item is a key, a rating
 is a value. The papers keep the most-rated items as the key domain and scale ratings
 linearly into [-1, 1] from the rating range (spec §13.1: ML-20M's 0.5-5 gives
 v = (r - 2.75)/2.25); :func:`to_population` does exactly that, and every user stays in
@@ -18,6 +18,7 @@ import csv
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -92,14 +93,34 @@ class Ratings:
 
 
 def is_ratings_file(path: Path) -> bool:
-    """True unless the file is in the device format (a ``device,key,value`` header)."""
+    """A ratings file announces itself: a ratings header (``user``, ``item``, ``rating``,
+    MovieLens' ``userId,movieId,...``), tab or ``::`` separators, or more than three
+    columns. Anything else is the device format (``device,key,value``, header optional),
+    whose stricter checks — every key known, a device's rows together — then apply."""
+    first = _first_line(path)
+    if "\t" in first or "::" in first:
+        return True
+    cells = [c.strip() for c in first.split(",")]
+    if [c.lower() for c in cells[:3]] == ["device", "key", "value"]:
+        return False
+    return len(cells) > 3 or _has_header_word(cells)
+
+
+def _first_line(path: Path) -> str:
     try:
         with path.open(newline="", encoding="utf-8") as handle:
-            first = handle.readline()
+            for line in handle:
+                if line.strip():
+                    return line
     except OSError as exc:
         raise InvalidCsv(f"{path}: cannot be read: {exc.strerror}") from None
-    cells = [c.strip().lower() for c in first.replace("\t", ",").split(",")]
-    return cells[:3] != ["device", "key", "value"]
+    return ""
+
+
+def _rows(handle: TextIO, first: str) -> Iterator[list[str]]:
+    if "::" in first:  # MovieLens 1M/10M: user::item::rating::timestamp
+        return (line.rstrip("\r\n").split("::") for line in handle)
+    return csv.reader(handle, delimiter="\t" if "\t" in first else ",")
 
 
 def read_ratings(path: Path) -> Ratings:
@@ -114,17 +135,18 @@ def read_ratings(path: Path) -> Ratings:
     item_col: list[int] = []
     rating_col: list[float] = []
     with handle:
-        first = handle.readline()
-        delimiter = "\t" if "\t" in first else ","
-        handle.seek(0)
-        for lineno, row in enumerate(csv.reader(handle, delimiter=delimiter), start=1):
+        first = _first_line(path)
+        seen_row = False
+        for lineno, row in enumerate(_rows(handle, first), start=1):
             if not row or all(not cell.strip() for cell in row):
                 continue
             if len(row) < 3:
                 raise InvalidCsv(f"{path}:{lineno}: expected user,item,rating, got {len(row)} columns")
             user, item, text = (cell.strip() for cell in row[:3])
-            if lineno == 1 and _is_header(user, item, text):
-                continue
+            if not seen_row:
+                seen_row = True
+                if _is_header(user, item, text):
+                    continue
             rating = parse_number(text, f"{path}:{lineno}: rating")
             user_col.append(users.setdefault(user, len(users)))
             item_col.append(items.setdefault(item, len(items)))
@@ -152,12 +174,21 @@ def read_ratings(path: Path) -> Ratings:
     )
 
 
+def _has_header_word(cells: list[str]) -> bool:
+    return any(c.strip().lower().split(":")[0] in HEADER_WORDS for c in cells)
+
+
 def _is_header(user: str, item: str, rating: str) -> bool:
-    words = {w.lower().split(":")[0] for w in (user, item, rating)}
-    if words & HEADER_WORDS:
+    """A header names its columns: a known word, or no field is a number (a data row
+    whose rating is garbage must fail, not vanish as a "header")."""
+    if _has_header_word([user, item, rating]):
         return True
+    return not any(_is_number(c) for c in (user, item, rating))
+
+
+def _is_number(text: str) -> bool:
     try:
-        float(rating)
+        float(text)
     except ValueError:
-        return True
-    return False
+        return False
+    return True

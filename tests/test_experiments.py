@@ -40,7 +40,7 @@ def test_quick_grid_writes_csv_markdown_and_plots(name: str, tmp_path: Path) -> 
     assert [(float(r["x"]), r["series"], r["panel"]) for r in rows] == [
         (c.x, c.series, c.panel) for c in cells
     ]
-    assert all(r["mse_frequency"] for r in rows)
+    assert all(math.isfinite(float(r["mse_frequency"])) for r in rows)
     report = (out / "README.md").read_text()
     assert f"--experiment {name} --quick" in report and "## Beat the paper" in report
     pngs = sorted(out.glob("*.png"))
@@ -68,6 +68,39 @@ def test_unknown_experiment_is_one_clear_line() -> None:
     assert (
         "unknown experiment 'nope' (known: horigome-table4" in done.stderr and "Traceback" not in done.stderr
     )
+
+
+def test_experiment_flags_are_checked() -> None:
+    done = run_kvldp(
+        "evaluate", "--experiment", "fhr-zipf", "--mechanism", "grr", "--repeats", "3", timeout=60
+    )
+    assert done.returncode == 2 and "drop --mechanism, --repeats" in done.stderr
+    done = run_kvldp("evaluate", "--mechanism", "grr", "--epsilon", "1", "--keys", "4", "--quick", timeout=60)
+    assert done.returncode == 2 and "--quick and --out go with --experiment" in done.stderr
+
+
+def test_a_ratings_file_replaces_the_grids_populations(tmp_path: Path) -> None:
+    from kvldp.experiments.runner import run
+
+    rng = np.random.default_rng(2)
+    lines = ["user,item,rating"] + [
+        f"u{u},i{i},{rng.integers(1, 6)}" for u in range(3000) for i in range(60) if rng.random() < 0.2
+    ]
+    path = tmp_path / "r.csv"
+    path.write_text("\n".join(lines) + "\n")
+    rows = run(
+        EXPERIMENTS["sun-conditional"], quick=True, show_progress=False, dataset_override=f"csv:{path}"
+    )
+    # one panel per key count, the file's users everywhere, no printed numbers
+    assert sorted({r["panel"] for r in rows}) == ["r.csv, d=2", "r.csv, d=4"]
+    users = len({line.split(",")[0] for line in lines[1:]})
+    assert {r["users"] for r in rows} == {users} and all(r["paper_mse_frequency"] is None for r in rows)
+    rows = run(
+        EXPERIMENTS["horigome-table4"], quick=True, show_progress=False, dataset_override=f"csv:{path}"
+    )
+    assert not any(r["series"].startswith("advise") for r in rows)
+    with pytest.raises(ValueError, match="varies the number of users"):
+        run(EXPERIMENTS["horigome-table5"], quick=True, show_progress=False, dataset_override=f"csv:{path}")
 
 
 def test_topk_metrics_on_hand_made_estimates() -> None:

@@ -109,3 +109,32 @@ def test_devices_group_each_users_ratings_of_the_collected_items(tmp_path: Path)
     path.write_text(MOVIELENS_STYLE)
     got = list(read_ratings(path).devices(frozenset({"10", "30"})))
     assert got == [("1", {"10": 4.0}), ("2", {"10": 5.0}), ("3", {"30": 2.75, "10": 3.0})]
+
+
+def test_format_detection_keeps_headerless_device_files_strict(tmp_path: Path) -> None:
+    cases = {
+        "d1,k0,1\nd2,k1,2\n": False,  # device format, no header
+        "device,key,value\nd1,k0,1\n": False,
+        "user,item,rating\n1,2,3\n": True,
+        "1,2,3,881250949\n": True,  # a timestamp column
+        "1\t2\t3\n": True,
+        "\n1::2::3::4\n": True,
+    }
+    for i, (text, ratings) in enumerate(cases.items()):
+        path = tmp_path / f"f{i}.csv"
+        path.write_text(text)
+        assert is_ratings_file(path) is ratings, text
+
+
+def test_movielens_10m_separator_and_leading_blank_line(tmp_path: Path) -> None:
+    path = tmp_path / "ratings.dat"
+    path.write_text("\n1::10::4.5::9\n2::10::1::9\n")
+    r = read_ratings(path)
+    assert r.user_ids == ["1", "2"] and r.rating.tolist() == [4.5, 1.0]
+
+
+def test_a_garbage_first_row_is_an_error_not_a_header(tmp_path: Path) -> None:
+    path = tmp_path / "r.csv"
+    path.write_text("1,a,oops\n2,b,3\n")
+    with pytest.raises(InvalidCsv, match=":1: rating 'oops' is not a number"):
+        read_ratings(path)

@@ -3,7 +3,8 @@
 Frequencies are fractions of the users. C is the true top-k (ties by key id), the
 estimated top-k ranks the estimate the same way. Zero or negative estimates inside C are
 floored at 1e-12 before the KL divergences, and both vectors renormalised over C, as
-the spec proposes; RE is the median relative error over C, SE the mean squared error
+the spec proposes (items nobody holds are left out of C for KLD and RE: they have no
+ratio); RE is the median relative error over C, SE the mean squared error
 over the keys both top-k lists share (NaN when they share none), NCR the rank-weighted
 share of the true top-k that the estimated top-k recovers.
 """
@@ -21,8 +22,14 @@ def top(values: FloatArray, k: int) -> IntArray:
     return np.lexsort((np.arange(clean.shape[0]), -clean))[:k]
 
 
-def kld(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
+def _held_top(true_f: FloatArray, k: int) -> IntArray:
+    """The true top-k restricted to items someone holds (a zero truth has no ratio or log)."""
     c = top(true_f, k)
+    return c[true_f[c] > 0]
+
+
+def kld(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
+    c = _held_top(true_f, k)
     real = true_f[c] / true_f[c].sum()
     est = np.maximum(np.nan_to_num(est_f[c], nan=0.0), 1e-12)
     est = est / est.sum()
@@ -30,7 +37,7 @@ def kld(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
 
 
 def relative_error(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
-    c = top(true_f, k)
+    c = _held_top(true_f, k)
     return float(np.median(np.abs(true_f[c] - est_f[c]) / true_f[c]))
 
 
@@ -42,6 +49,7 @@ def squared_error(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
 
 
 def ncr(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
+    k = min(k, true_f.shape[0])
     score = np.zeros(true_f.shape[0])
     score[top(true_f, k)] = np.arange(k, 0, -1)
     return float(score[top(est_f, k)].sum() / (k * (k + 1) / 2))

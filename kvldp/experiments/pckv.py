@@ -85,7 +85,17 @@ def claims(rows: list[Row]) -> list[Claim]:
                     f"MSE(m) {c1m[xs[0]]:.3g} at ε = {xs[0]:g}, {c1m[xs[-1]]:.3g} at ε = {xs[-1]:g}",
                 )
             )
+        vm = _col(rows, panel, "PrivKVM (1r5v)", "mse_mean")
         uem = _col(rows, panel, "PCKV-UE", "mse_mean")
+        high = [x for x in vm if x >= 4 and x in c1m and x in uem]
+        better = [vm[x] < c1m[x] and vm[x] > uem[x] for x in high]
+        out.append(
+            Claim(
+                f"{panel}: 1r5v improves on c=1 at larger ε (≥ 4) but stays worse than PCKV (MSE(m))",
+                all(better) if better else None,
+                f"{sum(better)} of {len(better)} ε",
+            )
+        )
         far = [uem[x] < 0.2 * c1m[x] for x in uem if x > 2 and x in c1m]
         out.append(
             Claim(

@@ -40,7 +40,7 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
             )
             for series in dict.fromkeys(r["series"] for r in mine):
                 pts = [
-                    (r["x"], r[metric.column])
+                    (r["x"], r[metric.column] / metric.scale)
                     for r in mine
                     if r["series"] == series and _positive(r.get(metric.column))
                 ]
@@ -49,7 +49,7 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
                 style = "-" if any(r["role"] == "paper" for r in mine if r["series"] == series) else "--"
                 (line,) = ax.plot(*zip(*pts, strict=True), style, marker="o", ms=3, label=series)
                 printed = [
-                    (r["x"], r[printed_col])
+                    (r["x"], r[printed_col] / metric.scale)
                     for r in mine
                     if r["series"] == series and printed_col and _positive(r.get(printed_col))
                 ]
@@ -60,7 +60,7 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
                     "mse_mean": "predicted_mse_mean",
                 }.get(metric.column)
                 theory = [
-                    (r["x"], r[theory_col])
+                    (r["x"], r[theory_col] / metric.scale)
                     for r in mine
                     if r["series"] == series and theory_col and _positive(r.get(theory_col))
                 ]
@@ -68,7 +68,7 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
                     ax.plot(
                         *zip(*theory, strict=True), ":", color=line.get_color(), label=f"{series} (theory)"
                     )
-            ax.set_yscale("log")
+            ax.set_yscale("log" if metric.log else "linear")
             if experiment.log_x:
                 ax.set_xscale("log")
             ax.set_xlabel("ε" if experiment.x_name == "epsilon" else experiment.x_name)
@@ -88,6 +88,7 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
 
 
 def _positive(value: object) -> bool:
+    """Plottable on a log axis; NCR's zeros are dropped too (a rare all-miss repeat average)."""
     return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
 
 

@@ -41,9 +41,7 @@ def run(
     """Score every cell of the grid (``dataset_override`` replaces every cell's dataset)."""
     cells = experiment.cells(quick)
     if dataset_override is not None:
-        # one population replaces every panel's: the panels collapse into one
-        unique = {(c.x, c.series): _with_dataset(c, dataset_override) for c in cells}
-        cells = list(unique.values())
+        cells = _override(experiment, cells, dataset_override)
     populations: dict[tuple[str, int | None, int], datasets.Dataset] = {}
     rows: list[Row] = []
     with Progress(sum(c.repeats for c in cells), experiment.name) as bar:
@@ -59,12 +57,26 @@ def run(
     return rows
 
 
-def _with_dataset(cell: Cell, dataset: str) -> Cell:
-    users = None if dataset.startswith(datasets.CSV_PREFIX) else cell.users
-    panel = Path(dataset[len(datasets.CSV_PREFIX) :]).name if users is None else dataset
-    return replace(
-        cell, panel=panel, dataset=dataset, users=users, paper_mse_frequency=None, paper_mse_mean=None
-    )
+def _override(experiment: Experiment, cells: list[Cell], dataset: str) -> list[Cell]:
+    """The grid on one ratings file: panels that differed only by their synthetic data
+    collapse into one per key count, and the ``advise`` series (picked for the synthetic
+    populations) are left out. A grid over n cannot take a file of fixed size."""
+    if experiment.x_name == "users":
+        raise ValueError(f"{experiment.name} varies the number of users; a ratings file has a fixed number")
+    name = Path(dataset[len(datasets.CSV_PREFIX) :]).name
+    several = len({c.keys for c in cells}) > 1
+    unique: dict[tuple[float, str, int], Cell] = {}
+    for c in cells:
+        if c.series.startswith("advise"):
+            continue
+        panel = f"{name}, d={c.keys}" if several else name
+        unique.setdefault(
+            (c.x, c.series, c.keys),
+            replace(
+                c, panel=panel, dataset=dataset, users=None, paper_mse_frequency=None, paper_mse_mean=None
+            ),
+        )
+    return list(unique.values())
 
 
 def _run_cell(experiment: Experiment, cell: Cell, data: datasets.Dataset, seed: int) -> Row:

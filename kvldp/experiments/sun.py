@@ -107,6 +107,25 @@ def fig1_claims(rows: list[Row]) -> list[Claim]:
     out.append(
         Claim("mean error exceeds frequency error", all(bigger), f"{sum(bigger)} of {len(bigger)} cells")
     )
+    noisiest = [
+        max((r for r in paper if (r["panel"], r["x"]) == here), key=lambda r: r["mse_mean"] or 0)["series"]
+        for here in settings
+    ]
+    kvm = sum(w == "PrivKVM" for w in noisiest)
+    out.append(
+        Claim(
+            "PrivKVM has large variance (the largest MSE(m) of the six)",
+            kvm == len(noisiest) if noisiest else None,
+            f"largest in {kvm} of {len(noisiest)} settings",
+        )
+    )
+    out.append(
+        Claim(
+            "PrivKV, PrivKVM and PrivKV-A depend on the location of the mean",
+            None,
+            "it needs the scalability grid of Figs 2-4 (f × m per key), not Fig. 1's",
+        )
+    )
     return out
 
 
@@ -204,7 +223,9 @@ def conditional_claims(rows: list[Row]) -> list[Claim]:
         if a["users"] == b["users"] and a["x"] == b["x"] and a["keys"] < b["keys"]
     ]
     ok = [b[col_f] > a[col_f] for a, b in rises]
-    out.append(Claim("error rises with d", all(ok) if ok else None, f"{sum(ok)} of {len(ok)} pairs of d"))
+    out.append(
+        Claim("frequency error rises with d", all(ok) if ok else None, f"{sum(ok)} of {len(ok)} pairs of d")
+    )
     mean_worse = [r[col_m] > r[col_f] for r in ioh]
     out.append(
         Claim(
@@ -215,7 +236,11 @@ def conditional_claims(rows: list[Row]) -> list[Claim]:
     )
     oue = {(r["panel"], r["x"]): r for r in rows if r["series"] == "IOH (OUE)"}
     beats = [oue[(r["panel"], r["x"])][col_f] < r[col_f] for r in ioh if (r["panel"], r["x"]) in oue]
-    out.append(Claim("OUE beats SUE (D3)", all(beats), f"{sum(beats)} of {len(beats)} cells"))
+    out.append(
+        Claim(
+            "OUE beats SUE on conditional frequencies (D3)", all(beats), f"{sum(beats)} of {len(beats)} cells"
+        )
+    )
     return out
 
 
