@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -69,3 +70,16 @@ def run_kvldp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[s
     return subprocess.run(
         [sys.executable, "-m", "kvldp", *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def random_ratings(path: Path, users: int, items: int, share: float, seed: int) -> int:
+    """Write a ``user,item,rating`` file where each user rates each item with probability
+    ``share`` (ratings 1-5); return the number of users that rated anything."""
+    rng = np.random.default_rng(seed)
+    rated = rng.random((users, items)) < share
+    stars = rng.integers(1, 6, size=(users, items))
+    lines = ["user,item,rating"] + [
+        f"u{u},i{i},{stars[u, i]}" for u, i in zip(*np.nonzero(rated), strict=True)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return int(rated.any(axis=1).sum())

@@ -20,7 +20,7 @@ import pytest
 from kvldp.experiments import EXPERIMENTS
 from kvldp.experiments.metrics import kld, ncr, relative_error, squared_error, top
 from kvldp.experiments.report import duels
-from tests.support import run_kvldp
+from tests.support import random_ratings, run_kvldp
 
 
 @pytest.mark.slow
@@ -82,18 +82,13 @@ def test_experiment_flags_are_checked() -> None:
 def test_a_ratings_file_replaces_the_grids_populations(tmp_path: Path) -> None:
     from kvldp.experiments.runner import run
 
-    rng = np.random.default_rng(2)
-    lines = ["user,item,rating"] + [
-        f"u{u},i{i},{rng.integers(1, 6)}" for u in range(3000) for i in range(60) if rng.random() < 0.2
-    ]
     path = tmp_path / "r.csv"
-    path.write_text("\n".join(lines) + "\n")
+    users = random_ratings(path, users=3000, items=60, share=0.2, seed=2)
     rows = run(
         EXPERIMENTS["sun-conditional"], quick=True, show_progress=False, dataset_override=f"csv:{path}"
     )
     # one panel per key count, the file's users everywhere, no printed numbers
     assert sorted({r["panel"] for r in rows}) == ["r.csv, d=2", "r.csv, d=4"]
-    users = len({line.split(",")[0] for line in lines[1:]})
     assert {r["users"] for r in rows} == {users} and all(r["paper_mse_frequency"] is None for r in rows)
     rows = run(
         EXPERIMENTS["horigome-table4"], quick=True, show_progress=False, dataset_override=f"csv:{path}"

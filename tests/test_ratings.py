@@ -11,7 +11,7 @@ import pytest
 from producer.csvsource import InvalidCsv
 from producer.datasets import generate
 from producer.ratings import is_ratings_file, read_ratings
-from tests.support import run_kvldp
+from tests.support import random_ratings, run_kvldp
 
 MOVIELENS_STYLE = (
     "userId,movieId,rating,timestamp\n1,10,4.0,9\n1,20,0.5,9\n2,10,5.0,9\n3,30,2.75,9\n3,10,3.0,9\n"
@@ -80,12 +80,8 @@ def test_generate_csv_keeps_every_user_and_the_most_rated_items(tmp_path: Path) 
 
 
 def test_evaluate_cli_on_a_ratings_file(tmp_path: Path) -> None:
-    rng = np.random.default_rng(5)
-    lines = ["user,item,rating"] + [
-        f"u{u},i{i},{rng.integers(1, 6)}" for u in range(400) for i in range(6) if rng.random() < 0.5
-    ]
     path = tmp_path / "r.csv"
-    path.write_text("\n".join(lines) + "\n")
+    users = random_ratings(path, users=400, items=6, share=0.5, seed=5)
     done = run_kvldp(
         "evaluate",
         "--mechanism",
@@ -101,7 +97,7 @@ def test_evaluate_cli_on_a_ratings_file(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
-    assert result["users"] == len({line.split(",")[0] for line in lines[1:]}) and result["keys"] == 4
+    assert result["users"] == users and result["keys"] == 4
 
 
 def test_devices_group_each_users_ratings_of_the_collected_items(tmp_path: Path) -> None:
