@@ -19,6 +19,10 @@ from common.primitives import FloatArray
 
 Row = dict[str, Any]
 
+# the columns holding the paper's printed value and the analytic prediction of a metric
+PRINTED = {"mse_frequency": "paper_mse_frequency", "mse_mean": "paper_mse_mean"}
+THEORY = {"mse_frequency": "predicted_mse_frequency", "mse_mean": "predicted_mse_mean"}
+
 
 @dataclass(frozen=True)
 class Cell:

@@ -9,7 +9,7 @@ import math
 import re
 from pathlib import Path
 
-from kvldp.experiments.model import Experiment, Row
+from kvldp.experiments.model import PRINTED, Experiment, Row
 
 
 def _slug(text: str) -> str:
@@ -35,9 +35,7 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
             continue
         fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.3), squeeze=False)
         for ax, metric in zip(axes[0], metrics, strict=True):
-            printed_col = {"mse_frequency": "paper_mse_frequency", "mse_mean": "paper_mse_mean"}.get(
-                metric.column
-            )
+            printed_col = PRINTED.get(metric.column)
             for series in dict.fromkeys(r["series"] for r in mine):
                 pts = [
                     (r["x"], r[metric.column] / metric.scale)

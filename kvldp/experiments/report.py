@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvldp.experiments.model import Experiment, Metric, Row
+from kvldp.experiments.model import PRINTED, THEORY, Experiment, Metric, Row
 
 GOAL = 0.10  # the issue's target: at least 10% lower MSE than the paper's best
 
@@ -46,7 +46,7 @@ def _finite(value: Any) -> bool:
 
 def duels(rows: list[Row], metric: str) -> list[Duel]:
     """Best kvldp series vs the paper's best mechanism, per (panel, x), on ``metric``."""
-    printed_col = {"mse_frequency": "paper_mse_frequency", "mse_mean": "paper_mse_mean"}.get(metric)
+    printed_col = PRINTED.get(metric)
     out: list[Duel] = []
     for panel, x in dict.fromkeys((r["panel"], r["x"]) for r in rows):
         here = [r for r in rows if r["panel"] == panel and r["x"] == x and _finite(r.get(metric))]
@@ -86,10 +86,8 @@ def x_text(x: float, x_name: str) -> str:
 def _table(experiment: Experiment, rows: list[Row], panel: str, metric: Metric) -> list[str]:
     mine = [r for r in rows if r["panel"] == panel]
     series = list(dict.fromkeys(r["series"] for r in mine))
-    printed_col = {"mse_frequency": "paper_mse_frequency", "mse_mean": "paper_mse_mean"}.get(metric.column)
-    theory_col = {"mse_frequency": "predicted_mse_frequency", "mse_mean": "predicted_mse_mean"}.get(
-        metric.column
-    )
+    printed_col = PRINTED.get(metric.column)
+    theory_col = THEORY.get(metric.column)
     with_theory = [
         s for s in series if theory_col and any(_finite(r.get(theory_col)) for r in mine if r["series"] == s)
     ]
