@@ -29,7 +29,15 @@ max_clock_skew_s = 300       # ... and further ahead than this are "future"
 dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off; ~72 B each)
 max_reports_per_device = 0   # privacy budget: reports per device per budget_window (0: off)
 budget_window = "1d"
+
+[privacy]                    # a device's privacy over many reports (see common.privacy)
+memoize = true               # an unchanged state re-sends the same report and spends nothing
+lifetime_epsilon = 20.0      # the most a device ever spends on this collection
+report_period = "1h"         # at most one report per device and period (both sides enforce it)
 ```
+
+``privacy.report_period`` becomes the aggregator's ledger rule (one report per device
+per period) and cannot be combined with ``aggregate.max_reports_per_device``.
 
 Invalid files raise :class:`InvalidCollection` naming the field.
 """
@@ -42,7 +50,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -56,6 +64,7 @@ from common.mechanisms.base import Mechanism
 from common.mechanisms.ioh import JointStateMechanism
 from common.params import InvalidParameter
 from common.primitives import FloatArray
+from common.privacy import InvalidPrivacy, PrivacyConfig, parse_privacy
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 KEY_PATTERN = re.compile(r"^[^\s|,=]{1,128}$")
@@ -75,6 +84,7 @@ _TOP_LEVEL = {
     "clip_values",
     "params",
     "aggregate",
+    "privacy",
 }
 _AGGREGATE = {
     "refit_interval_s",
@@ -142,6 +152,7 @@ class Collection:
     params: Mapping[str, Any]
     aggregate: AggregateConfig
     mechanism: Mechanism
+    privacy: PrivacyConfig = PrivacyConfig()
 
     @property
     def d(self) -> int:
@@ -165,14 +176,19 @@ class Collection:
 
     @cached_property
     def digest(self) -> int:
-        """uint32 over everything that shapes a report: mechanism config, keys, value range."""
+        """uint32 over everything that shapes a report: mechanism config, keys, value range,
+        and the ``[privacy]`` table when there is one."""
+        shape: dict[str, Any] = {
+            "mechanism": self.mechanism.config,
+            "keys": list(self.keys),
+            "value_range": list(self.value_range),
+            "clip_values": self.clip_values,
+        }
+        privacy = self.privacy.as_table()
+        if privacy:
+            shape["privacy"] = privacy
         canonical = json.dumps(
-            {
-                "mechanism": self.mechanism.config,
-                "keys": list(self.keys),
-                "value_range": list(self.value_range),
-                "clip_values": self.clip_values,
-            },
+            shape,
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -392,6 +408,19 @@ def _parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     )
 
 
+def _parse_privacy(table: Any, mechanism: Mechanism) -> PrivacyConfig:
+    try:
+        privacy = parse_privacy(table)
+    except InvalidPrivacy as exc:
+        raise InvalidCollection(str(exc)) from None
+    if privacy.memoize and mechanism.name == "privkvm":
+        raise InvalidCollection(
+            "privacy.memoize: privkvm is interactive (a holder's fake values follow the server's "
+            "published means, so the server could force new states); use privkv, pckv_ue or pckv_grr"
+        )
+    return privacy
+
+
 def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Collection:
     """Validate a parsed TOML table; errors name the offending field."""
     try:
@@ -429,6 +458,14 @@ def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Co
         except InvalidParameter as exc:
             raise InvalidCollection(f"params: {exc}") from None
         aggregate = _parse_aggregate(table.get("aggregate"), mechanism)
+        privacy = _parse_privacy(table.get("privacy"), mechanism)
+        if privacy.report_period_s is not None:
+            if aggregate.max_reports_per_device:
+                raise InvalidCollection(
+                    "privacy.report_period: already one report per device and period; "
+                    "drop aggregate.max_reports_per_device"
+                )
+            aggregate = replace(aggregate, max_reports_per_device=1, budget_window_s=privacy.report_period_s)
         _check_report_size(mechanism, aggregate.max_message_bytes, len(name))
         collection = Collection(
             name=name,
@@ -440,6 +477,7 @@ def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Co
             params=dict(params),
             aggregate=aggregate,
             mechanism=mechanism,
+            privacy=privacy,
         )
         collection.conditional_queries()  # validates every condition against keys and mechanism
         return collection
@@ -497,10 +535,14 @@ def collection_table(collection: Collection) -> dict[str, Any]:
             "max_report_age_s": agg.max_report_age_s,
             "max_clock_skew_s": agg.max_clock_skew_s,
             "dedup_horizon": agg.dedup_horizon,
-            "max_reports_per_device": agg.max_reports_per_device,
-            "budget_window": f"{agg.budget_window_s}s",
         },
     }
+    if collection.privacy.report_period_s is None:  # otherwise the period sets the ledger
+        table["aggregate"]["max_reports_per_device"] = agg.max_reports_per_device
+        table["aggregate"]["budget_window"] = f"{agg.budget_window_s}s"
+    privacy = collection.privacy.as_table()
+    if privacy:
+        table["privacy"] = privacy
     return table
 
 
@@ -508,6 +550,7 @@ def collection_toml(collection: Collection) -> str:
     """The collection as a TOML file (for child processes and for users' records)."""
     table = collection_table(collection)
     lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
-    for section in ("params", "aggregate"):
-        lines += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table[section].items()]
+    for section in ("params", "aggregate", "privacy"):
+        if section in table:
+            lines += ["", f"[{section}]"] + [f"{k} = {_toml_value(v)}" for k, v in table[section].items()]
     return "\n".join(lines) + "\n"
