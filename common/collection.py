@@ -50,7 +50,7 @@ import math
 import re
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,7 @@ class Collection:
     params: Mapping[str, Any]
     aggregate: AggregateConfig
     mechanism: Mechanism
-    privacy: PrivacyConfig = PrivacyConfig()
+    privacy: PrivacyConfig = field(default_factory=PrivacyConfig)
 
     @property
     def d(self) -> int:
