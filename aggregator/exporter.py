@@ -1,6 +1,6 @@
 """Prometheus metrics and the estimates as JSON, over one small asyncio HTTP server.
 
-Metric names and labels are a contract (issue 3):
+Metric names and labels are a contract:
 
 * ``kvldp_reports_total{collection}`` — reports folded (from the live state);
 * ``kvldp_reports_rejected_total{collection,reason}`` (every reason, from 0);
@@ -8,6 +8,8 @@ Metric names and labels are a contract (issue 3):
 * ``kvldp_duplicates_total``, ``kvldp_topic_resets_total``, ``kvldp_privacy_budget_epsilon``
   (with a budget), ``kvldp_checkpoint_duration_seconds`` (histogram) and
   ``kvldp_last_checkpoint_timestamp_seconds``;
+* ``kvldp_device_privacy_spent_epsilon{collection}`` (histogram over devices; collections
+  with a ``[privacy]`` table): the epsilon each device has spent, as the server counts it;
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
@@ -42,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
 from aggregator.refit import Snapshot, condition_label, refit
@@ -53,6 +55,8 @@ from common.wire import REASONS
 
 LABELS = ["collection", "key", "estimator", "window"]
 CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
+#: buckets of ``kvldp_device_privacy_spent_epsilon``, in units of the per-report epsilon
+SPENT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 
 
 class SnapshotCollector(PromCollector):
@@ -73,6 +77,25 @@ class SnapshotCollector(PromCollector):
     def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
         family = CounterMetricFamily(name, doc, labels=["collection"])
         family.add_metric([self.collection.name], value)
+        return family
+
+    def _spent_histogram(self, state: AggregatorState) -> HistogramMetricFamily:
+        """Epsilon each device has spent on the collection, as the server can count it."""
+        spent = state.device_spent()
+        bounds = self.collection.epsilon * np.asarray(SPENT_BUCKETS, dtype=np.float64)
+        cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
+        family = HistogramMetricFamily(
+            "kvldp_device_privacy_spent_epsilon",
+            "Epsilon spent per device on this collection: per-report epsilon x reports sent "
+            "(memoized collections: x distinct reports).",
+            labels=["collection"],
+        )
+        family.add_metric(
+            [self.collection.name],
+            [(f"{b:g}", float(c)) for b, c in zip(bounds, cumulative, strict=True)]
+            + [("+Inf", float(spent.shape[0]))],
+            sum_value=float(spent.sum()),
+        )
         return family
 
     def collect(self) -> Iterator[Metric]:
@@ -116,6 +139,8 @@ class SnapshotCollector(PromCollector):
             )
             budget.add_metric([name], self.collection.epsilon * limit)
             yield budget
+        if state.tracks_devices:
+            yield self._spent_histogram(state)
         if self.last_checkpoint is not None:
             last = GaugeMetricFamily(
                 "kvldp_last_checkpoint_timestamp_seconds",

@@ -82,6 +82,8 @@ class Plan:
     probe: Probe | None
     ledger: Ledger
     last_digest: bytes
+    #: keyed hash of each report's device (collections that keep a device book)
+    devices: NDArray[np.uint64] | None = None
 
     @property
     def n_reports(self) -> int:
@@ -91,7 +93,16 @@ class Plan:
         target = state.partition(self.partition)
         if target.next_offset != self.start:
             raise RuntimeError(f"plan for offset {self.start} applied at {target.next_offset}")
-        state.fold_reports(self.partition, self.reports, self.buckets)
+        reports, buckets = self.reports, self.buckets
+        if self.devices is not None:
+            memoize = state.collection.privacy.memoize
+            change = target.book.record(self.devices, reports, buckets, memoize)
+            if change is not None:  # memoized: each device counts once, at its latest report
+                state.retract(self.partition, change)
+                target.folded += int(np.sum(~change.keep))
+                reports = {k: v[change.keep] for k, v in reports.items()}
+                buckets = None if buckets is None else buckets[change.keep]
+        state.fold_reports(self.partition, reports, buckets)
         target.next_offset = self.next_offset
         target.rejected.update(Counter(r.reason for r in self.rejected))
         target.duplicates += self.duplicates
@@ -143,6 +154,8 @@ def plan(
     if probe is not None:
         keep[decoded.rids != 0] = ~probe.duplicates
     duplicates = int(np.sum(~keep))
+    if state.collection.privacy.memoize and decoded.message.size:
+        _reject_batches(decoded.message, keep, fresh, rejected)
     ledger = current.ledger
     if config.max_reports_per_device and decoded.message.size:
         messages, counts = np.unique(decoded.message[keep], return_counts=True)
@@ -167,6 +180,10 @@ def plan(
     rejected.sort(key=lambda r: r.offset)
     reports = {k: v[keep] for k, v in decoded.reports.items()}
     buckets = state.buckets_of(timestamps[decoded.message[keep]])
+    devices = None
+    if state.tracks_devices:
+        messages, inverse = np.unique(decoded.message[keep], return_inverse=True)
+        devices = device_hashes(ledger_key, [fresh[int(m)].key for m in messages])[inverse]
     return Plan(
         partition,
         current.next_offset,
@@ -179,4 +196,18 @@ def plan(
         probe,
         ledger,
         record_digest(fresh[-1]),
+        devices,
     )
+
+
+def _reject_batches(
+    message: IntArray, keep: NDArray[np.bool_], fresh: Sequence[Record], rejected: list[Rejected]
+) -> None:
+    """A memoized collection counts each device once, by record key: a message carrying
+    several reports (a gateway batch) cannot say whose each one is, so it is refused."""
+    messages, counts = np.unique(message, return_counts=True)
+    for m in messages[counts > 1]:
+        r = fresh[int(m)]
+        detail = "a memoized collection takes one report per message (the record key names the device)"
+        rejected.append(Rejected(r.offset, r.key, r.value, "invalid_report", detail))
+    keep &= ~np.isin(message, messages[counts > 1])

@@ -67,9 +67,10 @@ def ledger_key(collection: Collection, state_dir: str | Path | None, role: str =
     env = os.environ.get(LEDGER_KEY_ENV)
     if env:
         return env.encode()
-    if role == "worker" and collection.aggregate.max_reports_per_device:
+    if role == "worker" and (collection.aggregate.max_reports_per_device or collection.privacy.as_table()):
         raise KvldpError(
-            f"collection {collection.name!r} has a privacy budget: its workers must share the ledger key; "
+            f"collection {collection.name!r} has a privacy budget or [privacy] table: its workers must "
+            "share the ledger key; "
             f"set {LEDGER_KEY_ENV} to the same secret on every worker"
         )
     if state_dir is None:

@@ -31,8 +31,10 @@ from typing import Any
 
 import msgpack
 import numpy as np
+from numpy.typing import NDArray
 
 from aggregator.dedup import RecentIds
+from aggregator.devices import NO_BUCKET, DeviceBook, Retraction
 from aggregator.ledger import Ledger
 from common.collection import Collection
 from common.errors import KvldpError
@@ -75,10 +77,14 @@ class PartitionState:
     last_digest: bytes = b""
     #: end of the partition when last seen (informational: lag for an exporter)
     highwater: int = 0
+    #: per-device spending and latest reports (collections with a ``[privacy]`` table)
+    book: DeviceBook = field(default_factory=DeviceBook)
+    #: reports folded, ever (a memoized collection's statistics keep one per device)
+    folded: int = 0
 
     @property
     def reports(self) -> int:
-        return self.base.n_reports + sum(s.n_reports for s in self.buckets.values())
+        return self.folded
 
 
 class AggregatorState:
@@ -91,6 +97,8 @@ class AggregatorState:
         finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
         self.retention_ms = (max(finite) * 1000 + 2 * self.bucket_ms) if finite and self.bucket_ms else 0
         self.partitions: dict[int, PartitionState] = {}
+        #: whether partitions keep a :class:`DeviceBook` (collections with a privacy table)
+        self.tracks_devices = bool(collection.privacy.as_table())
 
     def partition(self, p: int) -> PartitionState:
         if p not in self.partitions:
@@ -109,6 +117,7 @@ class AggregatorState:
         """Fold decoded, validated reports of partition ``p`` into their time buckets."""
         state = self.partition(p)
         n = next(iter(reports.values())).shape[0] if reports else 0
+        state.folded += n
         if n:
             if buckets is None:
                 state.base.fold(reports, check=False)
@@ -124,6 +133,14 @@ class AggregatorState:
                     else:
                         mask = buckets == b
                         target.fold({k: v[mask] for k, v in reports.items()}, check=False)
+
+    def retract(self, p: int, retraction: Retraction) -> None:
+        """Take reports back out of partition ``p``'s buckets (or base, once merged there)."""
+        state = self.partition(p)
+        for b in np.unique(retraction.buckets):
+            rows = {k: v[retraction.buckets == b] for k, v in retraction.rows.items()}
+            target = state.buckets.get(int(b)) if b != NO_BUCKET else None
+            (target or state.base).subtract(self.mechanism.new_stats().fold(rows, check=False))
 
     def compact(self, now_ms: int) -> None:
         """Merge buckets that left every finite window into ``base`` (never changes 'all')."""
@@ -161,6 +178,11 @@ class AggregatorState:
             for stats in state.buckets.values():
                 total.add(stats)
         return total
+
+    def device_spent(self) -> NDArray[np.float64]:
+        """Epsilon spent by every device seen (collections that keep a device book)."""
+        charged = [s.book.charged for s in self.partitions.values()]
+        return self.collection.epsilon * np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
 
     @property
     def reports_total(self) -> int:
@@ -207,6 +229,8 @@ class AggregatorState:
                     },
                     "last": s.last_digest,
                     "highwater": s.highwater,
+                    "folded": s.folded,
+                    **({"book": s.book.to_wire()} if self.tracks_devices else {}),
                 }
                 for p, s in self.partitions.items()
             },
@@ -233,10 +257,12 @@ class AggregatorState:
         mech = collection.mechanism
         try:
             for p, entry in payload["partitions"].items():
+                base = Stats.from_bytes(mech, entry["base"])
+                buckets = {int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()}
                 state.partitions[int(p)] = PartitionState(
                     next_offset=int(entry["next"]),
-                    base=Stats.from_bytes(mech, entry["base"]),
-                    buckets={int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()},
+                    base=base,
+                    buckets=buckets,
                     rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
                     duplicates=int(entry["duplicates"]),
                     resets=int(entry["resets"]),
@@ -255,6 +281,11 @@ class AggregatorState:
                     ),
                     last_digest=bytes(entry["last"]),
                     highwater=int(entry["highwater"]),
+                    book=DeviceBook.from_wire(entry["book"]) if "book" in entry else DeviceBook(),
+                    # checkpoints written before the count was kept: every report is in the stats
+                    folded=int(
+                        entry.get("folded", base.n_reports + sum(s.n_reports for s in buckets.values()))
+                    ),
                 )
         except (KeyError, TypeError, ValueError, AttributeError, KvldpError) as exc:
             raise CheckpointMismatch(f"checkpoint is corrupt: {type(exc).__name__}: {exc}") from exc

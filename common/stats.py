@@ -115,6 +115,16 @@ class Stats:
             self.arrays[k] += v
         return self
 
+    def subtract(self, other: Stats) -> Stats:
+        """In-place elementwise difference: takes back reports ``other`` folded (they must
+        have been added to ``self`` before); returns self."""
+        self._require_exact()
+        other._require_exact()
+        self._check_compatible(other)
+        for k, v in other.arrays.items():
+            self.arrays[k] -= v
+        return self
+
     def merge(self, other: Stats) -> Stats:
         """Elementwise sum as a new object (requires the same mechanism configuration)."""
         self._require_exact()

@@ -1,0 +1,190 @@
+"""Per-device book of one partition: what each device spent, and its latest report.
+
+Kept for collections with a ``[privacy]`` table (see :mod:`common.privacy`), next to the
+statistics of each partition (so checkpoints and scale-out hand-overs carry it). A device
+is its record key, stored as ``HMAC-SHA256(ledger key, device id)[:8]`` like the budget
+ledger's, never as an id; a device's reports stay in one partition because the key picks it.
+
+* **Spent.** The server's mirror of the device's spending rule: without memoization every
+  report a device sent costs the per-report epsilon; with it, each *distinct* payload
+  does (a memoized device re-sends an unchanged state byte for byte). Distinct payloads
+  are told apart by a keyed 64-bit hash of (device, payload). Exported as the histogram
+  ``kvldp_device_privacy_spent_epsilon``.
+* **Latest report (memoized collections).** A memoized device repeats one report while
+  its state holds, so its reports are not independent and averaging them does not shrink
+  the error. The statistics of a memoized collection therefore count each device once,
+  at its latest report: a new report of a device retracts the device's previous one from
+  the bucket it was folded into (or from the partition's base). A window then estimates
+  the *devices* whose latest report falls in it, at their latest state — independent
+  reports, so every standard error holds as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from common.schema import ReportBatch
+
+U64 = NDArray[np.uint64]
+I64 = NDArray[np.int64]
+
+#: ``latest_bucket`` of a report folded into the base (a collection without finite windows)
+NO_BUCKET = np.iinfo(np.int64).min
+#: ``latest_bucket`` of a device that has no stored report yet
+_UNSET = np.iinfo(np.int64).max
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def mix64(x: U64) -> U64:
+    """SplitMix64's finaliser: a bijective scramble of 64-bit words."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * _MIX1
+        x = (x ^ (x >> np.uint64(27))) * _MIX2
+        return np.asarray(x ^ (x >> np.uint64(31)), dtype=np.uint64)
+
+
+def payload_hashes(rows: ReportBatch) -> U64:
+    """A 64-bit hash of every report's payload (all its fields, column by column)."""
+    n = next(iter(rows.values())).shape[0] if rows else 0
+    h = np.zeros(n, dtype=np.uint64)
+    for name in sorted(rows):
+        column = np.ascontiguousarray(rows[name])
+        raw = column.reshape(n, -1).view(np.uint8) if n else np.zeros((0, 8), dtype=np.uint8)
+        width = -(-raw.shape[1] // 8) * 8
+        padded = np.zeros((n, width), dtype=np.uint8)
+        padded[:, : raw.shape[1]] = raw
+        for word in padded.view("<u8").T:
+            with np.errstate(over="ignore"):
+                h = mix64(h ^ word.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15))
+    return h
+
+
+def _last_of_each(tags: U64) -> NDArray[np.bool_]:
+    """True at the last occurrence of every tag (rows in message order)."""
+    reverse = tags[::-1]
+    _, first_in_reverse = np.unique(reverse, return_index=True)
+    mask = np.zeros(tags.shape[0], dtype=bool)
+    mask[tags.shape[0] - 1 - first_in_reverse] = True
+    return mask
+
+
+@dataclass
+class Retraction:
+    """What a memoized fetch changes: the rows to fold (each device's last row of the
+    fetch) and the reports they replace, with the bucket each was folded into."""
+
+    keep: NDArray[np.bool_]
+    rows: ReportBatch
+    buckets: I64
+
+
+@dataclass
+class DeviceBook:
+    """Sorted device hashes with what each spent and (memoized) its latest report."""
+
+    tags: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    charged: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    latest_bucket: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
+    latest: ReportBatch = field(default_factory=dict)
+    pairs: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+
+    @property
+    def devices(self) -> int:
+        return int(self.tags.shape[0])
+
+    def _grow(self, new_tags: U64, template: ReportBatch | None) -> None:
+        """Insert ``new_tags`` (sorted, absent) keeping every array aligned with ``tags``."""
+        if not new_tags.size:
+            return
+        merged = np.union1d(self.tags, new_tags).astype(np.uint64)
+        old_at = np.searchsorted(merged, self.tags)
+        charged = np.zeros(merged.shape[0], np.int64)
+        charged[old_at] = self.charged
+        self.charged = charged
+        if template is not None:
+            bucket = np.full(merged.shape[0], _UNSET, np.int64)
+            bucket[old_at] = self.latest_bucket
+            self.latest_bucket = bucket
+            latest: ReportBatch = {}
+            for name, column in template.items():
+                grown = np.zeros((merged.shape[0], *column.shape[1:]), dtype=column.dtype)
+                if name in self.latest:
+                    grown[old_at] = self.latest[name]
+                latest[name] = grown
+            self.latest = latest
+        self.tags = merged
+
+    def record(self, tags: U64, rows: ReportBatch, buckets: I64 | None, memoize: bool) -> Retraction | None:
+        """Charge the rows' devices; for a memoized collection, also make every row its
+        device's latest report and return what it replaces (rows in message order)."""
+        if not tags.size:
+            return None
+        uniq = np.unique(tags)
+        self._grow(np.setdiff1d(uniq, self.tags, assume_unique=True), rows if memoize else None)
+        at = np.searchsorted(self.tags, tags)
+        if not memoize:
+            np.add.at(self.charged, at, 1)
+            return None
+        pairs = mix64(tags ^ mix64(payload_hashes(rows)))
+        fresh_pairs, first = np.unique(pairs, return_index=True)
+        new = ~np.isin(fresh_pairs, self.pairs, assume_unique=True)
+        np.add.at(self.charged, at[first[new]], 1)
+        self.pairs = np.union1d(self.pairs, fresh_pairs[new]).astype(np.uint64)
+        last = _last_of_each(tags)
+        slots = at[last]
+        bucket_of = np.full(tags.shape[0], NO_BUCKET, np.int64) if buckets is None else buckets
+        had = self.latest_bucket[slots] != _UNSET
+        retract = Retraction(
+            last,
+            {name: column[slots[had]].copy() for name, column in self.latest.items()},
+            self.latest_bucket[slots[had]].copy(),
+        )
+        for name, column in rows.items():
+            self.latest[name][slots] = column[last]
+        self.latest_bucket[slots] = bucket_of[last]
+        return retract
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "tags": self.tags.astype("<u8").tobytes(),
+            "charged": self.charged.astype("<i8").tobytes(),
+            "bucket": self.latest_bucket.astype("<i8").tobytes(),
+            "latest": {
+                name: [list(column.shape[1:]), column.dtype.str, np.ascontiguousarray(column).tobytes()]
+                for name, column in self.latest.items()
+            },
+            "pairs": self.pairs.astype("<u8").tobytes(),
+        }
+
+    @classmethod
+    def from_wire(cls, entry: dict[str, Any]) -> DeviceBook:
+        tags = np.frombuffer(entry["tags"], dtype="<u8").astype(np.uint64)
+        latest: ReportBatch = {}
+        for name, (shape, dtype, data) in entry["latest"].items():
+            latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape).copy()
+        book = cls(
+            tags=tags,
+            charged=np.frombuffer(entry["charged"], dtype="<i8").astype(np.int64),
+            latest_bucket=np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64),
+            latest=latest,
+            pairs=np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64),
+        )
+        sizes = {book.charged.shape[0]} | ({book.latest_bucket.shape[0]} if latest else set())
+        sizes |= {column.shape[0] for column in latest.values()}
+        if sizes != {tags.shape[0]}:
+            raise ValueError("device book arrays differ in length")
+        return book
+
+    def copy(self) -> DeviceBook:
+        return DeviceBook(
+            self.tags.copy(),
+            self.charged.copy(),
+            self.latest_bucket.copy(),
+            {k: v.copy() for k, v in self.latest.items()},
+            self.pairs.copy(),
+        )
