@@ -1,0 +1,132 @@
+"""The aggregator's per-device book: spent epsilon per device, and memoized collections
+counting each device once, at its latest report (exactly, through checkpoints)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry, generate_latest
+
+from aggregator.devices import DeviceBook, payload_hashes
+from aggregator.exporter import SnapshotCollector
+from aggregator.ingest import plan
+from aggregator.state import AggregatorState
+from common.collection import Collection, parse_collection
+from common.wire import WireFormat
+from tests.support import Rec
+
+HOUR_MS = 3_600_000
+T0 = 1_800_000_000_000
+
+
+def collection(memoize: bool, **privacy: Any) -> Collection:
+    return parse_collection(
+        {
+            "name": "book",
+            "mechanism": "kvue",
+            "epsilon": 1.5,
+            "key_count": 3,
+            "value_range": [-1.0, 1.0],
+            "aggregate": {"windows": ["2h", "all"], "estimators": ["unbiased"]},
+            "privacy": {"memoize": memoize, **privacy},
+        }
+    )
+
+
+def send(state: AggregatorState, records: list[Rec]) -> list[Any]:
+    work = plan(state, WireFormat(state.collection), 0, records, b"k")
+    assert work is not None
+    work.apply(state)
+    return work.rejected
+
+
+def single(c: Collection, offset: int, hour: int, device: bytes, j: int, s: int) -> Rec:
+    ts = T0 + hour * HOUR_MS
+    value = WireFormat(c).encode_report({"j": j, "s": s}, ts, rid=offset + 1)
+    return Rec(offset, ts, device, value)
+
+
+def test_memoized_device_counts_once_at_its_latest_report() -> None:
+    c = collection(True)
+    state = AggregatorState(c)
+    # device a repeats one report for three hours, changes, then returns to the first
+    records = [single(c, i, i, b"a", 1, 2) for i in range(3)]
+    records += [single(c, 3, 3, b"a", 2, 0), single(c, 4, 4, b"a", 1, 2), single(c, 5, 4, b"b", 0, 1)]
+    assert send(state, records[:2]) == []
+    assert state.all_stats().n_reports == 1
+    assert send(state, records[2:]) == []
+    total = state.all_stats()
+    assert total.n_reports == 2  # two devices, each once
+    assert state.reports_total == 6  # every report was folded
+    # device a's latest report (j=1, s=2) counts, in hour 4's bucket; b's too
+    expected = c.mechanism.new_stats().fold({"j": np.array([1, 0]), "s": np.array([2, 1])})
+    assert total == expected
+    windows = state.window_stats(T0 + 4 * HOUR_MS + 1)
+    assert windows["2h"] == expected
+    # spent: a sent two distinct reports, b one
+    assert sorted(state.device_spent().tolist()) == [1.5, 3.0]
+
+
+def test_memoized_collection_refuses_gateway_batches() -> None:
+    c = collection(True)
+    state = AggregatorState(c)
+    batch = WireFormat(c).encode_batch({"j": np.array([0, 1]), "s": np.array([1, 2])}, T0)
+    rejected = send(state, [Rec(0, T0, b"gateway", batch), single(c, 1, 0, b"a", 0, 0)])
+    assert [(r.offset, r.reason) for r in rejected] == [(0, "invalid_report")]
+    assert "one report per message" in rejected[0].detail
+    assert state.all_stats().n_reports == 1
+
+
+def test_book_survives_a_checkpoint_exactly() -> None:
+    c = collection(True, report_period="1h")
+    straight, restarted = AggregatorState(c), AggregatorState(c)
+    records = [single(c, i, i // 2, b"d%d" % (i % 2), i % 3, i % 3) for i in range(8)]
+    send(straight, records)
+    send(restarted, records[:5])
+    restarted = AggregatorState.from_bytes(c, restarted.to_bytes())
+    send(restarted, records[5:])
+    assert restarted.all_stats() == straight.all_stats()
+    assert restarted.device_spent().tolist() == straight.device_spent().tolist()
+    assert restarted.reports_total == straight.reports_total == 8
+
+
+def test_fresh_reports_each_cost_and_are_all_counted() -> None:
+    c = collection(False, lifetime_epsilon=10.0)
+    state = AggregatorState(c)
+    send(state, [single(c, i, i, b"a", 1, 2) for i in range(4)] + [single(c, 4, 4, b"b", 0, 1)])
+    assert state.all_stats().n_reports == 5
+    assert sorted(state.device_spent().tolist()) == [1.5, 6.0]
+
+
+def test_period_ledger_refuses_a_second_report_in_one_period() -> None:
+    c = collection(False, report_period="1h")
+    state = AggregatorState(c)
+    rejected = send(
+        state, [single(c, 0, 0, b"a", 1, 2), single(c, 1, 0, b"a", 1, 2), single(c, 2, 1, b"a", 0, 2)]
+    )
+    assert [(r.offset, r.reason) for r in rejected] == [(1, "budget_exceeded")]
+    assert state.all_stats().n_reports == 2
+
+
+def test_spent_histogram_is_exported() -> None:
+    c = collection(True)
+    state = AggregatorState(c)
+    send(state, [single(c, i, i, b"a", i % 3, 2) for i in range(5)] + [single(c, 5, 0, b"b", 0, 0)])
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(c, lambda: state))
+    text = generate_latest(registry).decode()
+    assert 'kvldp_device_privacy_spent_epsilon_bucket{collection="book",le="1.5"} 1.0' in text
+    assert 'kvldp_device_privacy_spent_epsilon_bucket{collection="book",le="4.5"} 2.0' in text
+    assert 'kvldp_device_privacy_spent_epsilon_count{collection="book"} 2.0' in text
+    assert 'kvldp_device_privacy_spent_epsilon_sum{collection="book"} 6.0' in text
+
+
+def test_payload_hashes_tell_payloads_apart() -> None:
+    rows = {"j": np.array([1, 1, 2, 1]), "s": np.array([0, 0, 0, 1])}
+    h = payload_hashes(rows)
+    assert h[0] == h[1] and len(set(h.tolist())) == 3
+    bits = {"b": np.array([[1, 2], [1, 2], [2, 1]], dtype=np.uint8)}
+    hb = payload_hashes(bits)
+    assert hb[0] == hb[1] != hb[2]
+    assert DeviceBook().devices == 0
