@@ -11,14 +11,25 @@ report the producer had to resend only once.
 
 A gateway (or a simulator) that speaks for many devices may pack up to ``batch_size``
 reports per Kafka message; each batch stays under the collection's message size cap.
+
+A collection with a ``[privacy]`` table makes every device follow the spending rule of
+:mod:`common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
+``report_period``), with the device's own state in a file (``state_path``, see
+:mod:`producer.device_state`) or in memory, and one in-memory state per other device id a
+gateway or simulator reports for. Memoized and period-limited reports go out one per
+message, keyed by their device id, because the aggregator tells devices apart by the Kafka
+key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
+come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
+that perturbs whole blocks of devices at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import secrets
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -29,14 +40,30 @@ from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
 from common.collection import Collection, InvalidCollection, load_collection
+from common.errors import KvldpError
 from common.kvdata import KVData
-from common.schema import ReportBatch
+from common.privacy import PrivacyBudgetExhausted
+from common.schema import ReportBatch, from_rows
 from common.wire import WireFormat
+from producer.device_state import (
+    DeviceState,
+    Fleet,
+    FleetSummary,
+    ReportStatus,
+    period_of,
+    tracks_privacy,
+)
 
 #: sends in flight before the SDK waits for acknowledgements (bounds memory)
 MAX_IN_FLIGHT = 2000
 #: devices perturbed per vectorised step
 PERTURB_BLOCK = 4096
+
+logger = logging.getLogger("kvldp.producer")
+
+
+class BatchingRefused(KvldpError):
+    """A ``batch_size`` above 1 for a collection whose reports must each be their own message."""
 
 
 def secure_rng() -> np.random.Generator:
@@ -75,7 +102,15 @@ def users_from_pairs(collection: Collection, devices: Iterable[Mapping[str, floa
 
 
 class Collector:
-    """Publishes locally perturbed reports of one collection."""
+    """Publishes locally perturbed reports of one collection.
+
+    ``state_path`` keeps this device's privacy state (secret, memo table, ledger) in a
+    file across restarts; without it the state lives in memory, and for a collection with
+    a ``[privacy]`` table the first report logs a warning (logger ``kvldp.producer``) that
+    spending is not remembered across restarts. Collections without the table have
+    nothing to remember and log nothing. ``clock`` gives report times in seconds since
+    the epoch.
+    """
 
     def __init__(
         self,
@@ -85,14 +120,29 @@ class Collector:
         device_id: str | None = None,
         client_id: str = "kvldp-producer",
         producer: AIOKafkaProducer | None = None,
+        state_path: str | Path | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
         self.wire = WireFormat(self.collection)
         self.rng = rng if rng is not None else secure_rng()
         # never from ``rng``: two simulators seeded alike must not share report ids
         self._rid_rng = secure_rng()
-        #: the id this SDK instance reports under (the Kafka key), random unless given
-        self.device_id = device_id or uuid.uuid4().hex
+        self.clock = clock
+        #: this device's privacy state; its id is the one this SDK instance reports under
+        #: (the Kafka key): ``device_id``, else the one stored in ``state_path``, else random
+        if state_path is None:
+            self.state = DeviceState.new(self.collection, device_id)
+        else:
+            self.state = DeviceState.open(state_path, self.collection, device_id)
+            if device_id and device_id != self.state.device_id:
+                self.state.device_id = device_id
+                self.state.save()
+        self.device_id = self.state.device_id
+        #: states of the other device ids this collector reports for (gateways, simulators)
+        self.fleet = Fleet(self.collection)
+        self._tracked = tracks_privacy(self.collection)
+        self._warn_unsaved = self._tracked and state_path is None
         self.bootstrap_servers = bootstrap_servers
         self._producer = producer or AIOKafkaProducer(
             bootstrap_servers=bootstrap_servers,
@@ -130,6 +180,49 @@ class Collector:
     def users_from_pairs(self, devices: Iterable[Mapping[str, float]]) -> KVData:
         return users_from_pairs(self.collection, devices)
 
+    # ------------------------------------------------------------------ privacy
+    def _state_of(self, device_id: str | bytes | int) -> DeviceState:
+        key = device_key(device_id)
+        if key != device_key(self.device_id):
+            return self.fleet.state(key)
+        if self._warn_unsaved:
+            self._warn_unsaved = False
+            logger.warning(
+                "collection %s: no state_path, so device %s keeps its privacy spending in memory "
+                "only; a restart forgets it",
+                self.collection.name,
+                self.device_id,
+            )
+        return self.state
+
+    def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
+        if device_id is None or device_key(device_id) == device_key(self.device_id):
+            return self.state
+        return self.fleet.states.get(device_key(device_id))
+
+    def privacy_spent(self, device_id: str | bytes | int | None = None) -> float:
+        """Epsilon spent on this collection by this device (or by ``device_id``)."""
+        state = self._known_state(device_id)
+        return 0.0 if state is None else state.spent(self.collection)
+
+    def privacy_remaining(self, device_id: str | bytes | int | None = None) -> float:
+        """Epsilon left under ``lifetime_epsilon`` (``math.inf`` without one)."""
+        state = self._known_state(device_id)
+        if state is None:
+            cap = self.collection.privacy.lifetime_epsilon
+            return math.inf if cap is None else cap
+        return state.remaining(self.collection)
+
+    def _per_message(self, batch_size: int) -> int:
+        privacy = self.collection.privacy
+        if batch_size > 1 and (privacy.memoize or privacy.report_period_s is not None):
+            rule = "memoizes reports" if privacy.memoize else "limits reports per report_period"
+            raise BatchingRefused(
+                f"collection {self.collection.name} {rule}: each report is its own message keyed by its "
+                f"device, so batch_size must be 1, got {batch_size}"
+            )
+        return max(1, min(batch_size, self.wire.max_batch()))
+
     # ------------------------------------------------------------------ publishing
     async def _send(self, value: bytes, key: bytes, timestamp_ms: int) -> None:
         fut = await self._producer.send(
@@ -146,23 +239,43 @@ class Collector:
         if pending:
             await asyncio.gather(*pending)
 
-    async def report(self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None) -> None:
+    async def report(
+        self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None
+    ) -> ReportStatus:
         """Perturb one device's pairs (key name -> raw value) and publish one report, keyed
-        by ``device_id`` (default: this collector's id)."""
-        await self.publish_users(self.users_from_pairs([pairs]), [device_id or self.device_id])
+        by ``device_id`` (default: this collector's id).
+
+        Returns SENT (a report that cost epsilon), RESENT (a memoized state sent again,
+        free) or SKIPPED_PERIOD (nothing sent: this device already reported in this
+        ``report_period``). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
+        untouched) if the report would take the device past ``lifetime_epsilon``.
+        """
+        device = device_id if device_id is not None else self.device_id
+        summary = await self.publish_users(self.users_from_pairs([pairs]), [device])
+        if summary.exhausted:
+            state = self._state_of(device)
+            raise PrivacyBudgetExhausted(
+                f"collection {self.collection.name}: a report would take device {state.device_id} past "
+                f"lifetime_epsilon={self.collection.privacy.lifetime_epsilon:g} "
+                f"(spent {state.spent(self.collection):g}); nothing was sent"
+            )
+        if summary.resent:
+            return ReportStatus.RESENT
+        return ReportStatus.SKIPPED_PERIOD if summary.skipped_period else ReportStatus.SENT
 
     async def report_many(
         self,
         devices: Sequence[Mapping[str, float]],
         device_ids: Sequence[str | bytes | int] | None = None,
         batch_size: int = 1,
-    ) -> None:
+    ) -> FleetSummary:
         """Perturb many devices' pairs and publish them, ``batch_size`` reports per message
-        (a gateway). Without ``device_ids`` every report is keyed by this collector's id."""
+        (a gateway). Without ``device_ids`` every report is keyed by this collector's id.
+        The spending rule applies per device id as in :meth:`publish_users`."""
         ids = list(device_ids) if device_ids is not None else [self.device_id] * len(devices)
         if len(devices) != len(ids):
             raise ValueError("one device id per device is required")
-        await self.publish_users(self.users_from_pairs(devices), ids, batch_size=batch_size)
+        return await self.publish_users(self.users_from_pairs(devices), ids, batch_size=batch_size)
 
     async def publish_users(
         self,
@@ -171,26 +284,38 @@ class Collector:
         batch_size: int = 1,
         rate: float | None = None,
         on_progress: Callable[[int], None] | None = None,
-    ) -> None:
+    ) -> FleetSummary:
         """The vectorised path for normalised user data (simulators and gateways).
 
-        ``rate`` caps reports per second; ``on_progress`` is called with the number of
-        reports published since the last call.
+        ``rate`` caps devices per second; ``on_progress`` is called with the number of
+        devices handled since the last call. For a collection with a ``[privacy]`` table
+        every device id follows the spending rule with its own state; a device over its
+        ``lifetime_epsilon`` is skipped and counted (never raised, unlike :meth:`report`),
+        as is one that already reported in the current ``report_period``. Returns the
+        counts of what happened.
         """
         if users.d != self.collection.d:
             raise InvalidCollection(
                 f"data has {users.d} keys, collection {self.collection.name} has {self.collection.d}"
             )
-        per_message = max(1, min(batch_size, self.wire.max_batch()))
+        if users.n_users != len(device_ids):
+            raise ValueError("one device id per device is required")
+        per_message = self._per_message(batch_size)
         # perturb in blocks of whole messages, so that no gateway batch is cut short
         step = per_message * max(1, PERTURB_BLOCK // per_message)
+        summary = FleetSummary()
         started = time.monotonic()
         done = 0
         for block_start in range(0, users.n_users, step):
             block = users.rows(block_start, min(users.n_users, block_start + step))
-            batch = self.collection.mechanism.perturb_many(block, self.rng)
             ids = device_ids[block_start : block_start + block.n_users]
-            await self._publish_batch(batch, ids, per_message)
+            if self._tracked:
+                summary.add(await self._publish_tracked(block, ids, per_message))
+            else:
+                self._charge_own(ids)
+                batch = self.collection.mechanism.perturb_many(block, self.rng)
+                await self._publish_batch(batch, ids, per_message, self._now_ms())
+                summary.sent += block.n_users
             done += block.n_users
             if on_progress is not None:
                 on_progress(block.n_users)
@@ -198,16 +323,70 @@ class Collector:
                 ahead = done / rate - (time.monotonic() - started)
                 if ahead > 0:
                     await asyncio.sleep(ahead)
-        self.sent_reports += done
+        self.sent_reports += summary.published
+        return summary
+
+    async def _publish_tracked(
+        self, block: KVData, device_ids: Sequence[str | bytes | int], per_message: int
+    ) -> FleetSummary:
+        """One block under the spending rule: decide (and record) per device, then send.
+
+        Memoized devices need one keyed mechanism call per state they never reported
+        before (their randomness is their own); a re-send is a lookup. Without
+        memoization the block is perturbed at once and the reports that may go are kept.
+        """
+        ts_ms = self._now_ms()
+        period = period_of(self.collection, ts_ms)
+        summary = FleetSummary()
+        keep: list[int] = []
+        if self.collection.privacy.memoize:
+            reports = []
+            for u, device in enumerate(device_ids):
+                lo, hi = int(block.indptr[u]), int(block.indptr[u + 1])
+                status, report = self._state_of(device).memoized(
+                    self.collection, block.keys[lo:hi], block.values[lo:hi], period
+                )
+                summary.count(status)
+                if report is not None:
+                    reports.append(report)
+                    keep.append(u)
+            if not keep:
+                return summary
+            batch = from_rows(reports, self.wire.fields)
+        else:
+            for u, device in enumerate(device_ids):
+                status = self._state_of(device).fresh(self.collection, period)
+                summary.count(status)
+                if status is ReportStatus.SENT:
+                    keep.append(u)
+            if not keep:
+                return summary
+            batch = self.collection.mechanism.perturb_many(block, self.rng)
+            if len(keep) < block.n_users:
+                rows = np.asarray(keep)
+                batch = {name: column[rows] for name, column in batch.items()}
+        await self._publish_batch(batch, [device_ids[u] for u in keep], per_message, ts_ms)
+        return summary
+
+    def _charge_own(self, device_ids: Sequence[str | bytes | int]) -> None:
+        """Without a ``[privacy]`` table nothing is enforced, but this device's reports still
+        cost epsilon each: count them (before sending) so that :meth:`privacy_spent` is true."""
+        own = device_key(self.device_id)
+        mine = sum(1 for device in device_ids if device_key(device) == own)
+        if mine:
+            self.state.charged += mine
+            self.state.save()
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
 
     def report_ids(self, n: int) -> NDArray[np.uint64]:
         """``n`` random non-zero report ids."""
         return self._rid_rng.integers(1, 2**64, size=n, dtype=np.uint64)
 
     async def _publish_batch(
-        self, batch: ReportBatch, device_ids: Sequence[str | bytes | int], per_message: int
+        self, batch: ReportBatch, device_ids: Sequence[str | bytes | int], per_message: int, now: int
     ) -> None:
-        now = int(time.time() * 1000)
         n = len(device_ids)
         rids = self.report_ids(n)
         if per_message == 1:
