@@ -50,6 +50,26 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text}")
+    return value
+
+
 def _int_list(text: str) -> list[int]:
     return [_positive_int(t) for t in text.split(",") if t.strip()]
 
@@ -59,13 +79,6 @@ def _two_ints(text: str) -> tuple[int, int]:
     if len(values) != 2:
         raise argparse.ArgumentTypeError(f"expected two comma-separated counts, got {text!r}")
     return values[0], values[1]
-
-
-def _mechanism_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--mechanism", required=True, help=f"one of: {', '.join(names())}")
-    p.add_argument("--epsilon", type=_positive_float, required=True, help="privacy budget per report")
-    p.add_argument("--keys", type=_positive_int, required=True, help="number of keys d")
-    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="mechanism parameter (repeatable)")
 
 
 def _emit(payload: Any, as_json: bool, text: str) -> None:
@@ -92,6 +105,15 @@ def cmd_mechanisms(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
+    if args.collection is not None:
+        if args.mechanism is not None:
+            raise KvldpError("audit takes --mechanism or --collection, not both")
+        return _audit_collection(args)
+    if args.reports is not None or args.changes is not None:
+        raise KvldpError("--reports and --changes go with --collection FILE")
+    missing = [flag for flag in ("mechanism", "epsilon", "keys") if getattr(args, flag) is None]
+    if missing:
+        raise KvldpError(f"audit needs --{', --'.join(missing)} (or --collection FILE)")
     mech = create(args.mechanism, args.keys, args.epsilon, **parse_assignments(args.param))
     result = audit(mech, exhaustive=True if args.exhaustive else None)
     payload = result.to_dict()
@@ -99,6 +121,47 @@ def cmd_audit(args: argparse.Namespace) -> int:
         f"{result.mechanism}: max log ratio {result.max_log_ratio:.12g} vs epsilon {result.epsilon:g} "
         f"({result.notion}{', eta ' + format(result.eta, 'g') if result.eta is not None else ''}) "
         f"-> {'ok' if result.ok else 'VIOLATION'}"
+    )
+    _emit(payload, args.json, text)
+    return 0 if result.ok else 1
+
+
+def _audit_collection(args: argparse.Namespace) -> int:
+    """A collection's lifetime worst case over ``--reports`` reports with ``--changes``
+    state changes (common.privacy), plus the exact per-report audit of its mechanism."""
+    from common.collection import load_collection
+    from common.privacy import lifetime_audit
+
+    given = [f"--{flag}" for flag in ("epsilon", "keys", "param") if getattr(args, flag) is not None]
+    if given:
+        raise KvldpError(f"--collection brings its mechanism; drop {', '.join(given)}")
+    if args.reports is None:
+        raise KvldpError("--collection needs --reports T (reports a device sends over its lifetime)")
+    collection = load_collection(args.collection)
+    changes = 0 if args.changes is None else args.changes
+    life = lifetime_audit(collection.epsilon, collection.privacy, args.reports, changes)
+    result = audit(collection.mechanism, exhaustive=True if args.exhaustive else None)
+    payload = {
+        "collection": collection.name,
+        "mechanism": collection.mechanism_name,
+        "per_report_epsilon": life.per_report_epsilon,
+        "memoize": life.memoize,
+        "report_period_s": collection.privacy.report_period_s,
+        "reports": life.reports,
+        "changes": life.changes,
+        "cap": life.cap,
+        "charged": life.charged,
+        "refused": life.refused,
+        "lifetime_epsilon": life.lifetime_epsilon,
+        "max_log_ratio": result.max_log_ratio if math.isfinite(result.max_log_ratio) else "inf",
+        "ok": result.ok,
+    }
+    cap = "no cap" if life.cap is None else f"cap {life.cap:g}"
+    text = (
+        f"{collection.name} ({collection.mechanism_name}, epsilon {life.per_report_epsilon:g} per report, "
+        f"memoize {'on' if life.memoize else 'off'}, {cap}): {life.reports} reports with {life.changes} "
+        f"state changes spend at most {life.lifetime_epsilon:g} ({life.charged} charged, {life.refused} "
+        f"refused); per-report audit {'ok' if result.ok else 'VIOLATION'}"
     )
     _emit(payload, args.json, text)
     return 0 if result.ok else 1
@@ -275,9 +338,62 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    if args.periods is not None:
+        return _produce_periods(args)
+    if args.churn is not None:
+        raise KvldpError("--churn goes with --periods P")
     from kvldp.pipeline import produce
 
     return produce(args)
+
+
+def _produce_periods(args: argparse.Namespace) -> int:
+    """A simulated fleet reporting once per period (producer.fleet); a summary line per
+    period and the epsilon spent per device on stderr. ``--truth`` is the last period's."""
+    import asyncio
+
+    from common.collection import load_collection
+    from kvldp.pipeline import _until, bootstrap_servers, run_async
+    from kvldp.progress import Progress
+    from producer import simulate
+    from producer.collector import Collector
+    from producer.fleet import FleetSimulation, PeriodReport
+
+    if not args.simulate:
+        raise KvldpError("--periods simulates a fleet: use it with --simulate DATASET, not --from-csv")
+    if not args.users:
+        raise KvldpError("--simulate needs --users N")
+    collection = load_collection(args.collection)
+    bootstrap = bootstrap_servers(args)
+    sim = FleetSimulation(
+        collection,
+        args.simulate,
+        args.users,
+        args.periods,
+        churn=0.1 if args.churn is None else args.churn,
+        seed=args.seed or 0,
+    )
+    rng = np.random.default_rng(args.seed) if args.seed is not None else None
+
+    def said(report: PeriodReport) -> None:
+        print(f"\n{report}", file=sys.stderr)
+
+    async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray]:
+        async with Collector(collection, bootstrap, rng=rng, clock=sim.clock) as sdk:
+            with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
+                work = sim.run(sdk, args.batch_size, rate=args.rate, on_progress=bar.advance, on_period=said)
+                await _until(stop, work)
+            return sdk.sent_reports, sim.spent(sdk)
+
+    sent, spent = run_async(publish, bootstrap)
+    if args.truth:
+        Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
+    print(
+        f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
+        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
@@ -318,7 +434,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "audit", help="exact privacy audit: max ln Pr[z|x]/Pr[z|x'] over all inputs and outputs"
     )
-    _mechanism_args(p)
+    p.add_argument("--mechanism", help=f"one of: {', '.join(names())}")
+    p.add_argument("--epsilon", type=_positive_float, help="privacy budget per report (with --mechanism)")
+    p.add_argument("--keys", type=_positive_int, help="number of keys d (with --mechanism)")
+    p.add_argument("--param", action="append", metavar="NAME=VALUE", help="mechanism parameter (repeatable)")
+    p.add_argument(
+        "--collection",
+        metavar="FILE",
+        help="instead of --mechanism: audit a collection file, per report and over a device's lifetime",
+    )
+    p.add_argument("--reports", type=_non_negative_int, help="with --collection: reports a device sends (T)")
+    p.add_argument(
+        "--changes",
+        type=_non_negative_int,
+        help="with --collection: how many of them change the device's state (K, default 0)",
+    )
     p.add_argument("--exhaustive", action="store_true", help="enumerate every input (small d only)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_audit)
@@ -468,7 +598,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--batch-size", type=_positive_int, default=1, help="reports per Kafka message (gateway mode)"
     )
     p.add_argument("--rate", type=_positive_float, help="reports per second (default: as fast as possible)")
-    p.add_argument("--truth", metavar="FILE", help="write the simulated population's true statistics (JSON)")
+    p.add_argument(
+        "--truth",
+        metavar="FILE",
+        help="write the simulated population's true statistics (JSON; with --periods, the last period's)",
+    )
+    p.add_argument(
+        "--periods",
+        type=_positive_int,
+        help="with --simulate: the fleet reports once per period, P periods up to now "
+        "(period: the collection's report_period, else 1h)",
+    )
+    p.add_argument(
+        "--churn",
+        type=_fraction,
+        help="with --periods: fraction of devices that redraw their pairs each period (default 0.1)",
+    )
     _bootstrap_arg(p)
     p.set_defaults(func=cmd_produce)
 

@@ -1,0 +1,371 @@
+"""A device's privacy over many reports: memoized re-sends, the lifetime cap, one report
+per period, the state file, alpha-point rounding, the lifetime audit and simulated fleets.
+
+No Kafka: the collector publishes into a fake producer that keeps what it was given.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import math
+import os
+import stat
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgpack
+import numpy as np
+import pytest
+
+from common.collection import Collection, parse_collection
+from common.errors import KvldpError
+from common.memo import alphas, round_values, state_of
+from common.wire import WireFormat
+from kvldp.cli import main
+from producer import Collector, PrivacyBudgetExhausted, ReportStatus
+from producer.collector import BatchingRefused
+from producer.device_state import DeviceState, InvalidDeviceState
+from producer.fleet import FleetSimulation, PeriodReport
+
+T = TypeVar("T")
+HOUR = 3600.0
+NOW = 1_800_000_000.0  # a period boundary of "1h": 500,000 hours since the epoch
+
+
+class FakeProducer:
+    """Stands in for AIOKafkaProducer: keeps (key, value, timestamp_ms) of every send."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[bytes, bytes, int]] = []
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def send(self, topic: str, value: bytes, key: bytes, timestamp_ms: int) -> asyncio.Future[None]:
+        self.sent.append((key, value, timestamp_ms))
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        done.set_result(None)
+        return done
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+def collection(privacy: dict[str, Any] | None, mechanism: str = "pckv_grr", name: str = "dev") -> Collection:
+    table: dict[str, Any] = {
+        "name": name,
+        "mechanism": mechanism,
+        "epsilon": 1.5,
+        "keys": ["a", "b", "c", "d"],
+        "value_range": [0.0, 10.0],
+    }
+    if privacy is not None:
+        table["privacy"] = privacy
+    return parse_collection(table)
+
+
+def sdk(
+    c: Collection, fake: FakeProducer, clock: Clock | None = None, state_path: Path | None = None
+) -> Collector:
+    return Collector(
+        c,
+        "unused:9092",
+        producer=fake,  # type: ignore[arg-type]
+        device_id="phone",
+        clock=clock or Clock(),
+        state_path=state_path,
+        rng=np.random.default_rng(1),
+    )
+
+
+def payload(message: bytes) -> dict[str, Any]:
+    body = msgpack.unpackb(message, raw=False)
+    return {k: v for k, v in body.items() if k not in ("ts", "rid")}
+
+
+def test_memoized_resends_are_byte_identical_and_free() -> None:
+    c = collection({"memoize": True})
+    fake = FakeProducer()
+    clock = Clock()
+    s = sdk(c, fake, clock)
+
+    async def go() -> list[ReportStatus]:
+        statuses = []
+        for t in range(20):
+            clock.now = NOW + t
+            statuses.append(await s.report({"a": 4.0, "c": 9.0}))
+        return statuses
+
+    statuses = run(go())
+    assert statuses == [ReportStatus.SENT] + [ReportStatus.RESENT] * 19
+    assert s.privacy_spent() == pytest.approx(c.epsilon)
+    assert s.privacy_remaining() == math.inf
+    values = [value for _, value, _ in fake.sent]
+    decoded = WireFormat(c).decode(values, [ts for _, _, ts in fake.sent])
+    assert not decoded.rejected and len(decoded.message) == 20
+    for column in decoded.reports.values():
+        assert (column == column[:1]).all()
+    assert all(payload(v) == payload(values[0]) for v in values)
+    bodies = [msgpack.unpackb(v, raw=False) for v in values]
+    assert len({b["rid"] for b in bodies}) == 20  # a fresh report id for each send
+    assert (
+        [b["ts"] for b in bodies]
+        == [ts for _, _, ts in fake.sent]
+        == [int((NOW + t) * 1000) for t in range(20)]
+    )
+    assert {key for key, _, _ in fake.sent} == {b"phone"}
+    # a new state costs again; going back to the first one is a re-send
+    run(s.report({"b": 1.0}))
+    assert run(s.report({"a": 4.0, "c": 9.0})) is ReportStatus.RESENT
+    assert s.privacy_spent() == pytest.approx(2 * c.epsilon)
+
+
+def test_spending_without_memoize_and_the_cap(tmp_path: Path) -> None:
+    c = collection({})
+    fake = FakeProducer()
+    s = sdk(c, fake)
+    for _ in range(7):
+        assert run(s.report({"a": 1.0})) is ReportStatus.SENT
+    assert s.privacy_spent() == pytest.approx(7 * c.epsilon) and len(fake.sent) == 7
+
+    capped = collection({"lifetime_epsilon": 4.0})  # 1.5 per report: two fit
+    fake = FakeProducer()
+    path = tmp_path / "phone.state"
+    s = sdk(capped, fake, state_path=path)
+    assert [run(s.report({"a": 1.0})) for _ in range(2)] == [ReportStatus.SENT] * 2
+    assert s.privacy_remaining() == pytest.approx(1.0)
+    before = path.read_bytes()
+    with pytest.raises(PrivacyBudgetExhausted, match="lifetime_epsilon=4"):
+        run(s.report({"a": 1.0}))
+    assert len(fake.sent) == 2 and path.read_bytes() == before
+    assert s.privacy_spent() == pytest.approx(3.0)
+
+
+def test_memoized_cap_refuses_new_states_but_resends_old_ones() -> None:
+    c = collection({"memoize": True, "lifetime_epsilon": 1.5})
+    fake = FakeProducer()
+    s = sdk(c, fake)
+    assert run(s.report({"a": 1.0})) is ReportStatus.SENT
+    with pytest.raises(PrivacyBudgetExhausted):
+        run(s.report({"b": 1.0}))
+    assert run(s.report({"a": 1.0})) is ReportStatus.RESENT
+    assert len(fake.sent) == 2
+
+
+def test_one_report_per_period() -> None:
+    c = collection({"memoize": True, "report_period": "1h"})
+    fake = FakeProducer()
+    clock = Clock()
+    s = sdk(c, fake, clock)
+    assert run(s.report({"a": 1.0})) is ReportStatus.SENT
+    clock.now = NOW + HOUR - 1
+    assert run(s.report({"b": 1.0})) is ReportStatus.SKIPPED_PERIOD
+    assert len(fake.sent) == 1
+    clock.now = NOW + HOUR
+    assert run(s.report({"a": 1.0})) is ReportStatus.RESENT
+    clock.now = NOW + 2 * HOUR
+    assert run(s.report({"b": 1.0})) is ReportStatus.SENT
+    assert len(fake.sent) == 3 and s.privacy_spent() == pytest.approx(2 * c.epsilon)
+    assert [ts for _, _, ts in fake.sent] == [int(t * 1000) for t in (NOW, NOW + HOUR, NOW + 2 * HOUR)]
+
+
+def test_batching_is_refused_where_reports_are_keyed_by_device() -> None:
+    for privacy in ({"memoize": True}, {"report_period": "1h"}):
+        s = sdk(collection(privacy), FakeProducer())
+        with pytest.raises(BatchingRefused, match="batch_size must be 1, got 8"):
+            run(s.report_many([{"a": 1.0}] * 8, [f"d{i}" for i in range(8)], batch_size=8))
+    fake = FakeProducer()  # a cap alone does not need device keys: a gateway may batch
+    s = sdk(collection({"lifetime_epsilon": 100.0}), fake)
+    summary = run(s.report_many([{"a": 1.0}] * 8, [f"d{i}" for i in range(8)], batch_size=4))
+    assert summary.sent == 8 and len(fake.sent) == 2
+
+
+def test_state_file_survives_a_restart(tmp_path: Path) -> None:
+    c = collection({"memoize": True})
+    path = tmp_path / "phone.state"
+    first = FakeProducer()
+    s = sdk(c, first, state_path=path)
+    assert run(s.report({"a": 3.0, "d": 7.0})) is ReportStatus.SENT
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["phone.state"]  # no temp file left behind
+    secret = s.state.secret
+
+    again = FakeProducer()
+    restarted = Collector(c, "unused:9092", producer=again, state_path=path)  # type: ignore[arg-type]
+    assert restarted.device_id == "phone" and restarted.state.secret == secret
+    assert restarted.privacy_spent() == pytest.approx(c.epsilon)
+    assert run(restarted.report({"a": 3.0, "d": 7.0})) is ReportStatus.RESENT
+    assert payload(again.sent[0][1]) == payload(first.sent[0][1])
+    assert restarted.privacy_spent() == pytest.approx(c.epsilon)
+
+
+def test_unusable_state_files_are_one_line_errors(tmp_path: Path) -> None:
+    c = collection({"memoize": True})
+    other = collection({"memoize": True}, name="other")
+    theirs = tmp_path / "other.state"
+    DeviceState.open(theirs, other)
+    corrupt = tmp_path / "corrupt.state"
+    corrupt.write_bytes(b"\x93not msgpack at all")
+    foreign = tmp_path / "foreign.state"
+    foreign.write_bytes(msgpack.packb({"format": "something-else"}))
+    broken = tmp_path / "broken.state"
+    body = msgpack.unpackb(theirs.read_bytes(), raw=False)
+    body.update(collection=c.name, digest=c.digest, secret=b"short")
+    broken.write_bytes(msgpack.packb(body, use_bin_type=True))
+    for path, reason in (
+        (theirs, "belongs to collection 'other'"),
+        (corrupt, "undecodable"),
+        (foreign, "no format tag"),
+        (broken, "'secret'"),
+    ):
+        before = path.read_bytes()
+        with pytest.raises(InvalidDeviceState) as info:
+            Collector(c, "unused:9092", producer=FakeProducer(), state_path=path)  # type: ignore[arg-type]
+        message = str(info.value)
+        assert isinstance(info.value, KvldpError) and str(path) in message and reason in message
+        assert "\n" not in message and path.read_bytes() == before
+
+
+def test_warning_without_state_path_only_where_there_is_something_to_remember(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
+        s = sdk(collection(None), FakeProducer())
+        run(s.report({"a": 1.0}))
+        assert not caplog.records
+        s = sdk(collection({"memoize": True}), FakeProducer())
+        run(s.report({"a": 1.0}))
+        run(s.report({"a": 2.0}))
+    assert len(caplog.records) == 1 and "forgets" in caplog.records[0].getMessage()
+
+
+def test_alpha_rounding_is_unbiased() -> None:
+    devices = 4000
+    keys = np.arange(4)
+    values = np.array([-0.9, -0.3, 0.2, 0.75])
+    signs = np.array(
+        [
+            round_values(keys, values, alphas(hashlib.sha256(b"t%d" % i).digest(), 7, 4))
+            for i in range(devices)
+        ]
+    )
+    bound = 4 * np.sqrt((1 - values**2) / devices)
+    assert (np.abs(signs.mean(axis=0) - values) < bound).all()
+
+
+def write_collection(path: Path, privacy: str) -> Path:
+    path.write_text(
+        'name = "life"\nmechanism = "pckv_grr"\nepsilon = 0.5\nkeys = ["a", "b"]\n'
+        f"value_range = [0.0, 1.0]\n[privacy]\n{privacy}\n"
+    )
+    return path
+
+
+def audit_json(capsys: pytest.CaptureFixture[str], path: Path, *extra: str) -> dict[str, Any]:
+    code = main(["audit", "--collection", str(path), "--reports", "1000", *extra, "--json"])
+    assert code == 0
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_audit_collection_lifetime(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    memo = audit_json(capsys, write_collection(tmp_path / "m.toml", "memoize = true"), "--changes", "0")
+    assert memo["lifetime_epsilon"] == memo["per_report_epsilon"] == 0.5 and memo["ok"] is True
+    assert memo["memoize"] is True and memo["reports"] == 1000 and memo["changes"] == 0
+    assert memo["charged"] == 1 and memo["refused"] == 0 and memo["cap"] is None
+    changing = audit_json(capsys, write_collection(tmp_path / "m.toml", "memoize = true"), "--changes", "9")
+    assert changing["lifetime_epsilon"] == pytest.approx(5.0)
+    plain = audit_json(capsys, write_collection(tmp_path / "p.toml", "memoize = false"))
+    assert plain["lifetime_epsilon"] == pytest.approx(500.0) and plain["charged"] == 1000
+    capped = audit_json(capsys, write_collection(tmp_path / "c.toml", "lifetime_epsilon = 20.0"))
+    assert capped["lifetime_epsilon"] == pytest.approx(20.0) and capped["cap"] == 20.0
+    assert capped["charged"] == 40 and capped["refused"] == 960
+    assert main(["audit", "--collection", str(tmp_path / "c.toml"), "--reports", "5"]) == 0
+    assert "spend at most 2.5" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--reports", "10"], "privacy.lifetime_epsilon"),
+        ([], "--collection needs --reports"),
+        (["--reports", "10", "--mechanism", "grr"], "not both"),
+        (["--reports", "3", "--changes", "5"], "5 state changes need at least 6 reports"),
+    ],
+)
+def test_audit_collection_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    bad = "lifetime_epsilon = -1.0" if "privacy.lifetime_epsilon" in message else "memoize = true"
+    path = write_collection(tmp_path / "bad.toml", bad)
+    assert main(["audit", "--collection", str(path), *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err and err.count("\n") == 1
+    assert main(["audit", "--json"]) == 2
+    assert "audit needs --mechanism" in capsys.readouterr().err
+
+
+def test_fleet_resends_exactly_the_unchanged_states() -> None:
+    c = collection({"memoize": True, "report_period": "1h"}, mechanism="pckv_ue")
+    sim = FleetSimulation(c, "gaussian", 300, periods=3, churn=0.2, seed=4, now=NOW)
+    fake = FakeProducer()
+    s = Collector(c, "unused:9092", producer=fake, clock=sim.clock)  # type: ignore[arg-type]
+    seen: dict[str, set[str]] = {}
+    expected = []
+
+    def check(report: PeriodReport) -> None:  # before the next period redraws the population
+        new = 0
+        for u, device in enumerate(sim.device_ids):
+            lo, hi = sim.population.indptr[u], sim.population.indptr[u + 1]
+            secret = s.fleet.states[device.encode()].secret
+            fingerprint = state_of(
+                c.mechanism,
+                sim.population.keys[lo:hi],
+                sim.population.values[lo:hi],
+                alphas(secret, c.digest, c.d),
+            ).fingerprint
+            states = seen.setdefault(device, set())
+            new += fingerprint not in states
+            states.add(fingerprint)
+        expected.append(new)
+
+    reports = run(sim.run(s, on_period=check))
+    assert [r.redrawn for r in reports] == [0, 60, 60]
+    assert [r.summary.sent for r in reports] == expected
+    assert [r.summary.resent for r in reports] == [300 - n for n in expected]
+    assert 0 < expected[1] <= 60 and expected[0] == 300
+    assert all(r.summary.skipped_period == r.summary.exhausted == 0 for r in reports)
+    assert len(fake.sent) == 900
+    spent = sim.spent(s)
+    assert spent.max() <= 3 * c.epsilon and np.median(spent) == pytest.approx(c.epsilon)
+    stamps = sorted({ts for _, _, ts in fake.sent})
+    assert stamps == [int((NOW - k * HOUR) * 1000) for k in (2, 1, 0)]
+
+
+def test_fleet_counts_devices_over_budget_and_keeps_the_fast_path_without_privacy() -> None:
+    c = collection({"lifetime_epsilon": 3.0})  # two reports each
+    sim = FleetSimulation(c, "gaussian", 50, periods=3, churn=0.0, now=NOW)
+    s = Collector(c, "unused:9092", producer=FakeProducer(), clock=sim.clock)  # type: ignore[arg-type]
+    reports = run(sim.run(s, batch_size=10))
+    assert [(r.summary.sent, r.summary.exhausted) for r in reports] == [(50, 0), (50, 0), (0, 50)]
+    plain = collection(None)
+    fake = FakeProducer()
+    s = sdk(plain, fake)
+    summary = run(s.publish_users(sim.population, sim.device_ids, batch_size=25))
+    assert summary.sent == 50 and len(fake.sent) == 2
