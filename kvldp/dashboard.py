@@ -265,6 +265,37 @@ def build() -> dict[str, Any]:
             "short",
             {"reduceOptions": {"calcs": ["lastNotNull"]}},
         ),
+        _panel(
+            15,
+            "Privacy spent per device (ε)",
+            "timeseries",
+            (0, 50, 24, 8),
+            [
+                _target(
+                    f"sum by (collection) (kvldp_device_privacy_spent_epsilon_sum{{{SEL}}}) / "
+                    f"sum by (collection) (kvldp_device_privacy_spent_epsilon_count{{{SEL}}})",
+                    "mean {{collection}}",
+                    "A",
+                ),
+                _target(
+                    "histogram_quantile(0.5, sum by (collection, le) "
+                    f"(kvldp_device_privacy_spent_epsilon_bucket{{{SEL}}}))",
+                    "median {{collection}}",
+                    "B",
+                ),
+                _target(
+                    "histogram_quantile(1, sum by (collection, le) "
+                    f"(kvldp_device_privacy_spent_epsilon_bucket{{{SEL}}}))",
+                    "max (bucket bound) {{collection}}",
+                    "C",
+                ),
+            ],
+            "Epsilon each device has spent on the collection, as the server counts it: per-report ε "
+            "x reports (memoized collections: x distinct reports). Collections with a [privacy] table. "
+            "The median is interpolated inside buckets of whole multiples of ε; the max is the upper "
+            "bound of the highest occupied bucket.",
+            "short",
+        ),
     ]
     return {
         "uid": "kvldp",

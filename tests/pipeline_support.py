@@ -19,8 +19,11 @@ __all__ = ["collection_toml", "eventually", "oracle", "scrape", "start", "unique
 _counter = 0
 
 
-def unique_collection(mechanism: str = "kvue", d: int = 6, **aggregate: Any) -> Collection:
-    """A collection with a name no other test uses (topics and consumer groups are per name)."""
+def unique_collection(
+    mechanism: str = "kvue", d: int = 6, privacy: dict[str, Any] | None = None, **aggregate: Any
+) -> Collection:
+    """A collection with a name no other test uses (topics and consumer groups are per name),
+    with an optional ``[privacy]`` table."""
     global _counter
     _counter += 1
     table: dict[str, Any] = {
@@ -35,6 +38,7 @@ def unique_collection(mechanism: str = "kvue", d: int = 6, **aggregate: Any) -> 
             "windows": ["5m", "all"],
             **aggregate,
         },
+        **({"privacy": privacy} if privacy else {}),
     }
     return parse_collection(table)
 

@@ -122,7 +122,12 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
 ) -> None:
     ca_pem, cert_pem, key_pem = tls
     plain = unique_collection(
-        "kvue", 5, estimators=["unbiased", "em", "normsub"], windows=["1m", "all"], max_reports_per_device=100
+        "kvue",
+        5,
+        privacy={"lifetime_epsilon": 1000.0},  # a device book: the spent-epsilon histogram
+        estimators=["unbiased", "em", "normsub"],
+        windows=["1m", "all"],
+        max_reports_per_device=100,
     )
     secured = unique_collection(
         "ioh_hrr", 4, estimators=["unbiased"], windows=["1m", "all"], conditions=["all_pairs"]
