@@ -375,12 +375,13 @@ def _produce_periods(args: argparse.Namespace) -> int:
     )
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
 
-    def said(report: PeriodReport) -> None:
-        print(f"\n{report}", file=sys.stderr)
-
     async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray]:
         async with Collector(collection, bootstrap, rng=rng, clock=sim.clock) as sdk:
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
+
+                def said(report: PeriodReport) -> None:  # below the bar, which goes on drawing
+                    print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
+
                 work = sim.run(sdk, args.batch_size, rate=args.rate, on_progress=bar.advance, on_period=said)
                 await _until(stop, work)
             return sdk.sent_reports, sim.spent(sdk)

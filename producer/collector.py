@@ -108,8 +108,10 @@ class Collector:
     file across restarts; without it the state lives in memory, and for a collection with
     a ``[privacy]`` table the first report logs a warning (logger ``kvldp.producer``) that
     spending is not remembered across restarts. Collections without the table have
-    nothing to remember and log nothing. ``clock`` gives report times in seconds since
-    the epoch.
+    nothing to enforce and log nothing (this device's reports are still counted for
+    :meth:`privacy_spent`). The states of other device ids a gateway or simulator reports
+    for live in memory only, for the life of this collector. ``clock`` gives report times
+    in seconds since the epoch.
     """
 
     def __init__(
@@ -201,7 +203,9 @@ class Collector:
         return self.fleet.states.get(device_key(device_id))
 
     def privacy_spent(self, device_id: str | bytes | int | None = None) -> float:
-        """Epsilon spent on this collection by this device (or by ``device_id``)."""
+        """Epsilon spent on this collection by this device, or by another ``device_id`` this
+        collector reported for (those are only counted for collections with a ``[privacy]``
+        table)."""
         state = self._known_state(device_id)
         return 0.0 if state is None else state.spent(self.collection)
 

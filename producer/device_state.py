@@ -47,7 +47,8 @@ _FIELDS = frozenset(
 
 
 class InvalidDeviceState(KvldpError):
-    """A device state file cannot be used (corrupt, another format or another collection)."""
+    """A device state file cannot be used (corrupt, another format, another collection,
+    or not writable)."""
 
 
 class ReportStatus(enum.Enum):
@@ -88,6 +89,8 @@ class DeviceState:
     charged: int = 0
     last_period: int | None = None
     path: Path | None = None
+    #: the rounding offsets, derived from the secret once per device (never written)
+    _alpha: FloatArray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(
@@ -150,21 +153,24 @@ class DeviceState:
             return
         directory = self.path.parent
         tmp = directory / f".{self.path.name}.{uuid.uuid4().hex}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # 0600 before any secret is in it
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(self.to_bytes())
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # 0600 before the secret
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(self.to_bytes())
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise InvalidDeviceState(f"device state {self.path}: cannot write it ({exc.strerror})") from None
 
     # ------------------------------------------------------------------ the spending rule
     def spent(self, collection: Collection) -> float:
@@ -185,7 +191,9 @@ class DeviceState:
         if period is not None and period == self.last_period:
             return ReportStatus.SKIPPED_PERIOD, None
         mechanism = collection.mechanism
-        state = state_of(mechanism, keys, values, alphas(self.secret, self.digest, mechanism.d))
+        if self._alpha is None:
+            self._alpha = alphas(self.secret, self.digest, mechanism.d)
+        state = state_of(mechanism, keys, values, self._alpha)
         stored = self.memo.get(state.fingerprint)
         if stored is not None:
             if period is not None:

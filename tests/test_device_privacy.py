@@ -13,6 +13,9 @@ import logging
 import math
 import os
 import stat
+import subprocess
+import sys
+import uuid
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -25,6 +28,7 @@ from common.collection import Collection, parse_collection
 from common.errors import KvldpError
 from common.memo import alphas, round_values, state_of
 from common.wire import WireFormat
+from kvldp.broker import EmbeddedBroker
 from kvldp.cli import main
 from producer import Collector, PrivacyBudgetExhausted, ReportStatus
 from producer.collector import BatchingRefused
@@ -166,6 +170,24 @@ def test_memoized_cap_refuses_new_states_but_resends_old_ones() -> None:
         run(s.report({"b": 1.0}))
     assert run(s.report({"a": 1.0})) is ReportStatus.RESENT
     assert len(fake.sent) == 2
+
+
+def test_the_spend_is_written_before_the_send(tmp_path: Path) -> None:
+    c = collection({"memoize": True, "lifetime_epsilon": 10.0})
+    path = tmp_path / "phone.state"
+    seen: list[int] = []
+
+    class Watching(FakeProducer):
+        async def send(self, topic: str, value: bytes, key: bytes, timestamp_ms: int) -> asyncio.Future[None]:
+            seen.append(msgpack.unpackb(path.read_bytes(), raw=False)["charged"])
+            return await super().send(topic, value, key, timestamp_ms)
+
+    s = sdk(c, Watching(), state_path=path)
+    for pairs in ({"a": 1.0}, {"b": 1.0}, {"a": 1.0}):
+        run(s.report(pairs))
+    assert seen == [1, 2, 2]
+    with pytest.raises(InvalidDeviceState, match="cannot write it"):
+        sdk(c, FakeProducer(), state_path=tmp_path / "missing" / "phone.state")
 
 
 def test_one_report_per_period() -> None:
@@ -369,3 +391,60 @@ def test_fleet_counts_devices_over_budget_and_keeps_the_fast_path_without_privac
     s = sdk(plain, fake)
     summary = run(s.publish_users(sim.population, sim.device_ids, batch_size=25))
     assert summary.sent == 50 and len(fake.sent) == 2
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--from-csv", "x.csv", "--periods", "2"], "use it with --simulate"),
+        (["--simulate", "gaussian", "--users", "5", "--churn", "0.2"], "--churn goes with --periods"),
+        (["--simulate", "gaussian", "--periods", "2"], "--simulate needs --users"),
+    ],
+)
+def test_produce_periods_input_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    path = write_collection(tmp_path / "c.toml", "memoize = true")
+    assert main(["produce", "--collection", str(path), *argv, "--bootstrap-servers", "127.0.0.1:1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and message in err and err.count("\n") == 1
+
+
+def kvldp(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kvldp", *args], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_cli_fleet_over_periods_passes_the_aggregators_ledger(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        f'name = "fleet-{uuid.uuid4().hex[:8]}"\nmechanism = "pckv_ue"\nepsilon = 1.0\nkey_count = 6\n'
+        'value_range = [-1.0, 1.0]\n[privacy]\nmemoize = true\nreport_period = "1h"\n'
+    )
+    bootstrap = ["--bootstrap-servers", broker.bootstrap_servers]
+    truth = tmp_path / "truth.json"
+    common = ["--collection", str(toml), "--simulate", "gaussian", "--users", "200", "--truth", str(truth)]
+    done = kvldp("produce", *common, "--periods", "3", "--churn", "0.25", *bootstrap)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if line.startswith("period ")]
+    assert len(lines) == 3 and "50 devices redrew their pairs" in lines[2]
+    assert "epsilon spent per device: median 1, max " in done.stderr
+    assert json.loads(truth.read_text())["users"] == 200
+    rec = tmp_path / "fleet.rec"
+    recorded = kvldp(
+        "record",
+        "--collection",
+        str(toml),
+        "--out",
+        str(rec),
+        "--from-beginning",
+        "--idle-timeout",
+        "1.5",
+        *bootstrap,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    folded = kvldp("aggregate", "--collection", str(toml), "--from-file", str(rec))
+    assert folded.returncode == 0, folded.stderr
+    payload = json.loads(folded.stdout)
+    assert payload["reports_total"] == 600 and payload["rejected"] == {}
