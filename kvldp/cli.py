@@ -572,9 +572,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--collection", help="collection file (default: the built-in demo collection)")
     p.add_argument("--dataset", default="gaussian")
-    p.add_argument("--users", type=_positive_int, default=200_000, help="stop once this many reports are in")
+    p.add_argument("--users", type=_positive_int, default=50_000, help="simulated devices")
+    p.add_argument(
+        "--periods",
+        type=_positive_int,
+        default=5,
+        help="periods the fleet reports in, an hour apart (default 5)",
+    )
+    p.add_argument(
+        "--churn", type=_fraction, default=0.1, help="fraction of devices whose pairs change each period"
+    )
     p.add_argument("--rate", type=_positive_float, default=20_000.0, help="simulated reports per second")
-    p.add_argument("--batch-size", type=_positive_int, default=100, help="reports per Kafka message")
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=100,
+        help="reports per Kafka message (collections that memoize or have a report_period: 1)",
+    )
     p.add_argument("--metrics-port", type=int, default=9108)
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=cmd_demo)

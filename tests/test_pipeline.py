@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -264,12 +265,25 @@ async def test_broker_command_prints_its_address_and_stops_cleanly() -> None:
 
 
 async def test_demo_runs_to_completion_and_serves_metrics(tmp_path: Path) -> None:
+    """The memoized demo fleet over 3 periods: every report folded, and the spent epsilon
+    per device shown as the devices and the server count it (the same numbers)."""
     done = await asyncio.to_thread(
-        run_cli, "demo", "--users", "4000", "--rate", "50000", "--metrics-port", "0", timeout=120
+        run_cli,
+        *("demo", "--users", "2000", "--periods", "3", "--rate", "50000", "--metrics-port", "0"),
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert "4000/4000 reports folded" in done.stdout
+    assert "6000/6000 reports folded" in done.stdout
     assert "hamburger" in done.stdout and "metrics: http://127.0.0.1:" in done.stdout
+    spent = re.search(
+        r"epsilon spent per device: median (\S+), max (\S+)\s+\(server's count: median (\S+), max (\S+)\)",
+        done.stdout,
+    )
+    assert spent is not None, done.stdout
+    median, top, server_median, server_top = map(float, spent.groups())
+    # epsilon 2 per new state; with churn 0.1 most devices never change over 3 periods. The
+    # server counts distinct payloads, fewer when two states of a device happen to give one
+    assert median == server_median == 2.0 and 2.0 <= server_top <= top <= 6.0
 
 
 async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -> None:
