@@ -157,13 +157,16 @@ def plan(
     if state.collection.privacy.memoize and decoded.message.size:
         _reject_batches(decoded.message, keep, fresh, rejected)
     ledger = current.ledger
-    if config.max_reports_per_device and decoded.message.size:
+    hashes = None  # keyed hash of each record's device, for the ledger and the device book
+    if (config.max_reports_per_device or state.tracks_devices) and decoded.message.size:
+        hashes = device_hashes(ledger_key, [r.key for r in fresh])
+    if config.max_reports_per_device and hashes is not None:
         messages, counts = np.unique(decoded.message[keep], return_counts=True)
         if messages.size:
             ledger = ledger.copy()
             outcome = ledger.charge(
                 timestamps[messages] // (config.budget_window_s * 1000),
-                device_hashes(ledger_key, [fresh[int(m)].key for m in messages]),
+                hashes[messages],
                 counts.astype(np.int64),
                 config.max_reports_per_device,
             )
@@ -180,10 +183,7 @@ def plan(
     rejected.sort(key=lambda r: r.offset)
     reports = {k: v[keep] for k, v in decoded.reports.items()}
     buckets = state.buckets_of(timestamps[decoded.message[keep]])
-    devices = None
-    if state.tracks_devices:
-        messages, inverse = np.unique(decoded.message[keep], return_inverse=True)
-        devices = device_hashes(ledger_key, [fresh[int(m)].key for m in messages])[inverse]
+    devices = hashes[decoded.message[keep]] if state.tracks_devices and hashes is not None else None
     return Plan(
         partition,
         current.next_offset,

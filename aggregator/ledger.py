@@ -13,7 +13,6 @@ the previous window.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -27,11 +26,12 @@ I64 = NDArray[np.int64]
 
 def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
     """Keyed 64-bit hashes of device ids (``None``, an unkeyed record, hashes the empty id)."""
-    out = np.empty(len(devices), dtype=np.uint64)
-    for i, device in enumerate(devices):
-        digest = hmac.new(key, device or b"", hashlib.sha256).digest()
-        out[i] = int.from_bytes(digest[:8], "little")
-    return out
+    digest = hmac.digest
+    return np.fromiter(
+        (int.from_bytes(digest(key, device or b"", "sha256")[:8], "little") for device in devices),
+        dtype=np.uint64,
+        count=len(devices),
+    )
 
 
 #: outcomes of :meth:`Ledger.charge`

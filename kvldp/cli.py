@@ -30,41 +30,36 @@ from kvldp.reliability import NAMES as SCENARIO_NAMES
 from producer import datasets
 
 
-def _positive_int(text: str) -> int:
+def _parse(text: str, cast: type[int] | type[float], what: str) -> Any:
     try:
-        value = int(text)
+        return cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+
+
+def _positive_int(text: str) -> int:
+    value: int = _parse(text, int, "an integer")
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
     return value
 
 
 def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value: float = _parse(text, float, "a number")
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text}")
     return value
 
 
 def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    value: int = _parse(text, int, "an integer")
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
     return value
 
 
 def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    value: float = _parse(text, float, "a number")
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text}")
     return value
