@@ -351,7 +351,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     from kvldp.pipeline import _until, bootstrap_servers, run_async
     from kvldp.progress import Progress
     from producer import simulate
-    from producer.collector import Collector
+    from producer.collector import Collector, check_batching
     from producer.fleet import FleetSimulation, PeriodReport
 
     if not args.simulate:
@@ -359,6 +359,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     if not args.users:
         raise KvldpError("--simulate needs --users N")
     collection = load_collection(args.collection)
+    check_batching(collection, args.batch_size)
     bootstrap = bootstrap_servers(args)
     sim = FleetSimulation(
         collection,

@@ -31,7 +31,7 @@ from common.errors import KvldpError
 from kvldp.broker import EmbeddedBroker, port_in_use
 from kvldp.progress import Progress
 from producer import simulate
-from producer.collector import Collector
+from producer.collector import Collector, check_batching
 from producer.csvsource import read_devices
 from producer.ratings import is_ratings_file, read_ratings
 from producer.recording import record, replay
@@ -104,6 +104,7 @@ def run_broker(port: int) -> int:
 # ---------------------------------------------------------------------- produce
 def produce(args: argparse.Namespace) -> int:
     collection = load_collection(args.collection)
+    check_batching(collection, args.batch_size)
     bootstrap = bootstrap_servers(args)
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
     if args.simulate:

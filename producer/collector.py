@@ -66,6 +66,18 @@ class BatchingRefused(KvldpError):
     """A ``batch_size`` above 1 for a collection whose reports must each be their own message."""
 
 
+def check_batching(collection: Collection, batch_size: int) -> None:
+    """Raise :class:`BatchingRefused` if ``collection`` needs one report per message (it
+    memoizes, or limits reports per period: the record key must name the device)."""
+    privacy = collection.privacy
+    if batch_size > 1 and (privacy.memoize or privacy.report_period_s is not None):
+        rule = "memoizes reports" if privacy.memoize else "limits reports per report_period"
+        raise BatchingRefused(
+            f"collection {collection.name} {rule}: each report is its own message keyed by its "
+            f"device, so batch_size must be 1, got {batch_size}"
+        )
+
+
 def secure_rng() -> np.random.Generator:
     """A generator seeded from the OS entropy pool (spec §0.3: unpredictable to the server)."""
     return np.random.default_rng(secrets.randbits(128))
@@ -218,13 +230,7 @@ class Collector:
         return state.remaining(self.collection)
 
     def _per_message(self, batch_size: int) -> int:
-        privacy = self.collection.privacy
-        if batch_size > 1 and (privacy.memoize or privacy.report_period_s is not None):
-            rule = "memoizes reports" if privacy.memoize else "limits reports per report_period"
-            raise BatchingRefused(
-                f"collection {self.collection.name} {rule}: each report is its own message keyed by its "
-                f"device, so batch_size must be 1, got {batch_size}"
-            )
+        check_batching(self.collection, batch_size)
         return max(1, min(batch_size, self.wire.max_batch()))
 
     # ------------------------------------------------------------------ publishing
