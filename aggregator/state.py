@@ -140,7 +140,8 @@ class AggregatorState:
         for b in np.unique(retraction.buckets):
             rows = {k: v[retraction.buckets == b] for k, v in retraction.rows.items()}
             target = state.buckets.get(int(b)) if b != NO_BUCKET else None
-            (target or state.base).subtract(self.mechanism.new_stats().fold(rows, check=False))
+            retracted = self.mechanism.new_stats().fold(rows, check=False)
+            (state.base if target is None else target).subtract(retracted)
 
     def compact(self, now_ms: int) -> None:
         """Merge buckets that left every finite window into ``base`` (never changes 'all')."""
