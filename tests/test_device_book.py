@@ -130,3 +130,15 @@ def test_payload_hashes_tell_payloads_apart() -> None:
     hb = payload_hashes(bits)
     assert hb[0] == hb[1] != hb[2]
     assert DeviceBook().devices == 0
+
+
+def test_a_report_merged_into_the_base_is_retracted_from_it() -> None:
+    c = collection(True)
+    state = AggregatorState(c)
+    send(state, [single(c, 0, 0, b"a", 1, 2), single(c, 1, 0, b"b", 2, 0)])
+    state.compact(T0 + 6 * HOUR_MS)  # hour 0 has left every finite window: merged into the base
+    assert not state.partition(0).buckets and state.partition(0).base.n_reports == 2
+    send(state, [single(c, 2, 6, b"a", 0, 1)])
+    assert state.partition(0).base == c.mechanism.new_stats().fold({"j": np.array([2]), "s": np.array([0])})
+    assert state.all_stats().n_reports == 2
+    assert state.window_stats(T0 + 6 * HOUR_MS + 1)["2h"].n_reports == 1
