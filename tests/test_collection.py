@@ -54,6 +54,21 @@ def with_(**changes: Any) -> dict[str, Any]:
         (with_(aggregate={"conditions": ["a | b=1"]}), "aggregate.conditions: kvue does not collect joint"),
         (with_(aggregate={"typo": 1}), "aggregate.typo: unknown field"),
         (with_(extra=1), "extra: unknown field"),
+        (with_(privacy={"memoise": True}), "privacy.memoise: unknown field"),
+        (with_(privacy={"memoize": "yes"}), "privacy.memoize: expected true or false"),
+        (with_(privacy={"lifetime_epsilon": 0}), "privacy.lifetime_epsilon: expected a positive"),
+        (with_(privacy={"lifetime_epsilon": -2.0}), "privacy.lifetime_epsilon: expected a positive"),
+        (with_(privacy={"report_period": "hourly"}), "privacy.report_period: 'hourly' is not a duration"),
+        (with_(privacy={"report_period": "0h"}), "privacy.report_period: '0h' is not a duration"),
+        (with_(privacy=[1]), "privacy: expected a table"),
+        (
+            with_(privacy={"report_period": "1h"}, aggregate={"max_reports_per_device": 2}),
+            "privacy.report_period: already one report per device and period",
+        ),
+        (
+            with_(mechanism="privkvm", privacy={"memoize": True}),
+            "privacy.memoize: privkvm is interactive",
+        ),
     ],
 )
 def test_invalid_collections_name_the_field(table: dict[str, Any], field: str) -> None:
@@ -81,6 +96,19 @@ def test_digest_covers_what_shapes_a_report() -> None:
     assert parse_collection(with_(keys=["a", "c", "b"])).digest != base
     assert parse_collection(with_(value_range=[0.0, 11.0])).digest != base
     assert parse_collection(with_(aggregate={"refit_interval_s": 9})).digest == base  # server-side only
+    # the [privacy] table: each field changes the digest; an empty table is no table
+    assert parse_collection(with_(privacy={})).digest == base
+    privacy = [{"memoize": True}, {"lifetime_epsilon": 5.0}, {"report_period": "1h"}, {"report_period": "2h"}]
+    digests = {parse_collection(with_(privacy=p)).digest for p in privacy}
+    assert len(digests) == len(privacy) and base not in digests
+
+
+def test_report_period_is_the_ledger_rule_and_reads_back() -> None:
+    c = parse_collection(with_(privacy={"memoize": True, "report_period": "30m", "lifetime_epsilon": 12}))
+    assert (c.aggregate.max_reports_per_device, c.aggregate.budget_window_s) == (1, 1800)
+    assert (c.privacy.memoize, c.privacy.report_period_s, c.privacy.lifetime_epsilon) == (True, 1800, 12.0)
+    again = parse_collection(tomllib.loads(collection_toml(c)))
+    assert collection_table(again) == collection_table(c) and again.digest == c.digest
 
 
 def test_normalise_rejects_or_clips_out_of_range_values() -> None:
