@@ -12,7 +12,7 @@ import logging
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,39 +30,29 @@ from kvldp.reliability import NAMES as SCENARIO_NAMES
 from producer import datasets
 
 
-def _parse(text: str, cast: type[int] | type[float], what: str) -> Any:
-    try:
-        return cast(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+def _number_flag(
+    cast: type[int] | type[float], ok: Callable[[Any], bool], wanted: str
+) -> Callable[[str], Any]:
+    """An argparse type: ``cast`` the text, then require ``ok`` of the value."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected {'an integer' if cast is int else 'a number'}, got {text!r}"
+            ) from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"expected {wanted}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_int(text: str) -> int:
-    value: int = _parse(text, int, "an integer")
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value: float = _parse(text, float, "a number")
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive finite number, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value: int = _parse(text, int, "an integer")
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {value}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    value: float = _parse(text, float, "a number")
-    if not 0.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 1], got {text}")
-    return value
+_positive_int = _number_flag(int, lambda v: v >= 1, "a positive integer")
+_non_negative_int = _number_flag(int, lambda v: v >= 0, "a non-negative integer")
+_positive_float = _number_flag(float, lambda v: 0 < v < float("inf"), "a positive finite number")
+_fraction = _number_flag(float, lambda v: 0.0 <= v <= 1.0, "a fraction in [0, 1]")
 
 
 def _int_list(text: str) -> list[int]:
