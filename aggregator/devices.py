@@ -93,10 +93,6 @@ class DeviceBook:
     latest: ReportBatch = field(default_factory=dict)
     pairs: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
 
-    @property
-    def devices(self) -> int:
-        return int(self.tags.shape[0])
-
     def _grow(self, new_tags: U64, template: ReportBatch | None) -> None:
         """Insert ``new_tags`` (sorted, absent) keeping every array aligned with ``tags``."""
         if not new_tags.size:
@@ -179,12 +175,3 @@ class DeviceBook:
         if sizes != {tags.shape[0]}:
             raise ValueError("device book arrays differ in length")
         return book
-
-    def copy(self) -> DeviceBook:
-        return DeviceBook(
-            self.tags.copy(),
-            self.charged.copy(),
-            self.latest_bucket.copy(),
-            {k: v.copy() for k, v in self.latest.items()},
-            self.pairs.copy(),
-        )
