@@ -16,6 +16,12 @@ Metric names and labels are a contract:
 * ``kvldp_conditional_frequency{collection,key,condition,estimator,window}`` and
   ``kvldp_conditional_mean{...}`` with ``_stderr`` companions: f(key | condition) and
   m(key | condition), ``condition`` like ``hamburger=1,fries=0``;
+* interactive collections (PrivKVM's rounds): ``kvldp_round{collection}`` (the open
+  round, 1-based; once complete, the rounds run), ``kvldp_rounds_complete{collection}``
+  (0 or 1), ``kvldp_round_reports{collection,round}`` (reports folded per round) and
+  ``kvldp_round_mean{collection,key,round}`` (the means m^(r) published when round r
+  closed, in the collection's units); their estimates use the closed rounds only (round 1
+  while it is the open one), and their devices' spent epsilon sums the rounds' costs;
 * ``kvldp_refit_duration_seconds{collection}`` (histogram),
   ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``.
 
@@ -50,6 +56,7 @@ from prometheus_client.registry import Collector as PromCollector
 from aggregator.refit import Snapshot, condition_label, refit
 from aggregator.state import AggregatorState
 from common.collection import Collection
+from common.control import interactive_mechanism
 from common.errors import KvldpError
 from common.wire import REASONS
 
@@ -83,11 +90,15 @@ class SnapshotCollector(PromCollector):
         """Epsilon each device has spent on the collection, as the server can count it."""
         spent = state.device_spent()
         bounds = self.collection.epsilon * np.asarray(SPENT_BUCKETS, dtype=np.float64)
+        if state.rounds is not None:  # what a device has spent after 1, 2, ... c rounds
+            mechanism = interactive_mechanism(self.collection)
+            costs = [mechanism.round_epsilon(r) for r in range(mechanism.rounds)]
+            bounds = np.cumsum(costs) * (1 + 1e-12)
         cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
         family = HistogramMetricFamily(
             "kvldp_device_privacy_spent_epsilon",
             "Epsilon spent per device on this collection: per-report epsilon x reports sent "
-            "(memoized collections: x distinct reports).",
+            "(memoized collections: x distinct reports; interactive ones: the costs of their rounds).",
             labels=["collection"],
         )
         family.add_metric(
@@ -97,6 +108,38 @@ class SnapshotCollector(PromCollector):
             sum_value=float(spent.sum()),
         )
         return family
+
+    def _round_metrics(self, state: AggregatorState) -> Iterator[Metric]:
+        rounds = state.rounds
+        assert rounds is not None
+        name = self.collection.name
+        current = GaugeMetricFamily(
+            "kvldp_round", "The open round (1-based); once complete, the rounds run.", labels=["collection"]
+        )
+        current.add_metric([name], float(rounds.open_round if rounds.complete else rounds.open_round + 1))
+        yield current
+        complete = GaugeMetricFamily(
+            "kvldp_rounds_complete", "1 once the last round closed.", labels=["collection"]
+        )
+        complete.add_metric([name], float(rounds.complete))
+        yield complete
+        per_round = state.all_stats().arrays["counts"].sum(axis=(1, 2))
+        reports = GaugeMetricFamily(
+            "kvldp_round_reports", "Reports folded in each round.", labels=["collection", "round"]
+        )
+        last = rounds.open_round if rounds.complete else rounds.open_round + 1
+        for r in range(last):
+            reports.add_metric([name, str(r + 1)], float(per_round[r]))
+        yield reports
+        means = GaugeMetricFamily(
+            "kvldp_round_mean",
+            "Mean published when the round closed (collection units).",
+            labels=["collection", "key", "round"],
+        )
+        for r, published in enumerate(rounds.published[1:], start=1):
+            for key, value in zip(self.collection.keys, self.collection.raw_mean(published), strict=True):
+                means.add_metric([name, key, str(r)], float(value))
+        yield means
 
     def collect(self) -> Iterator[Metric]:
         name = self.collection.name
@@ -139,8 +182,10 @@ class SnapshotCollector(PromCollector):
             )
             budget.add_metric([name], self.collection.epsilon * limit)
             yield budget
-        if state.tracks_devices:
+        if state.tracks_devices or state.rounds is not None:
             yield self._spent_histogram(state)
+        if state.rounds is not None:
+            yield from self._round_metrics(state)
         if self.last_checkpoint is not None:
             last = GaugeMetricFamily(
                 "kvldp_last_checkpoint_timestamp_seconds",
@@ -295,6 +340,10 @@ class Exporter:
         now_ms = int(time.time() * 1000)
         state.compact(now_ms)
         windows = state.window_stats(now_ms)
+        if state.rounds is not None:  # estimates after the latest closed round
+            mechanism = interactive_mechanism(self.collection)
+            through = max(1, state.rounds.closed)
+            windows = {w: mechanism.through_round(stats, through) for w, stats in windows.items()}
         self.publish(await asyncio.to_thread(refit, self.collection, windows, self.snapshot, self.queries))
 
     def publish(self, snapshot: Snapshot) -> None:

@@ -22,10 +22,11 @@ from numpy.typing import NDArray
 
 from aggregator.dedup import Probe
 from aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
+from aggregator.rounds import RoundBook, RoundState
 from aggregator.state import AggregatorState
 from common.primitives import IntArray
 from common.schema import ReportBatch
-from common.wire import WireFormat
+from common.wire import Decoded, WireFormat
 
 
 class Record(Protocol):
@@ -84,6 +85,10 @@ class Plan:
     last_digest: bytes
     #: keyed hash of each report's device (collections that keep a device book)
     devices: NDArray[np.uint64] | None = None
+    #: interactive collections: the partition's round book after the fetch, and the open
+    #: round the plan was made in
+    round_book: RoundBook | None = None
+    round_index: int = -1
 
     @property
     def n_reports(self) -> int:
@@ -102,6 +107,11 @@ class Plan:
                 target.folded += int(np.sum(~change.keep))
                 reports = {k: v[change.keep] for k, v in reports.items()}
                 buckets = None if buckets is None else buckets[change.keep]
+        if self.round_book is not None and state.rounds is not None:
+            if state.rounds.open_round != self.round_index or state.rounds.complete:
+                raise RuntimeError(f"plan for round {self.round_index} applied in another round")
+            target.round_book = self.round_book
+            state.rounds.open_reports += self.n_reports
         state.fold_reports(self.partition, reports, buckets)
         target.next_offset = self.next_offset
         target.rejected.update(Counter(r.reason for r in self.rejected))
@@ -154,12 +164,18 @@ def plan(
     if probe is not None:
         keep[decoded.rids != 0] = ~probe.duplicates
     duplicates = int(np.sum(~keep))
-    if state.collection.privacy.memoize and decoded.message.size:
+    rounds = state.rounds
+    if (state.collection.privacy.memoize or rounds is not None) and decoded.message.size:
         _reject_batches(decoded.message, keep, fresh, rejected)
     ledger = current.ledger
-    hashes = None  # keyed hash of each record's device, for the ledger and the device book
-    if (config.max_reports_per_device or state.tracks_devices) and decoded.message.size:
+    hashes = None  # keyed hash of each record's device, for the ledgers and the device book
+    if (config.max_reports_per_device or state.tracks_devices or rounds is not None) and decoded.message.size:
         hashes = device_hashes(ledger_key, [r.key for r in fresh])
+    round_book = None
+    if rounds is not None:
+        round_book = current.round_book
+        if hashes is not None:
+            round_book = _charge_rounds(decoded, keep, fresh, rejected, hashes, current.round_book, rounds)
     if config.max_reports_per_device and hashes is not None:
         messages, counts = np.unique(decoded.message[keep], return_counts=True)
         if messages.size:
@@ -197,17 +213,48 @@ def plan(
         ledger,
         record_digest(fresh[-1]),
         devices,
+        round_book,
+        -1 if rounds is None else rounds.open_round,
     )
 
 
 def _reject_batches(
     message: IntArray, keep: NDArray[np.bool_], fresh: Sequence[Record], rejected: list[Rejected]
 ) -> None:
-    """A memoized collection counts each device once, by record key: a message carrying
-    several reports (a gateway batch) cannot say whose each one is, so it is refused."""
+    """Memoized and interactive collections count each device by its record key (once, or
+    once per round): a message carrying several reports (a gateway batch) cannot say
+    whose each one is, so it is refused."""
     messages, counts = np.unique(message, return_counts=True)
     for m in messages[counts > 1]:
         r = fresh[int(m)]
-        detail = "a memoized collection takes one report per message (the record key names the device)"
+        detail = "this collection takes one report per message (the record key names the device)"
         rejected.append(Rejected(r.offset, r.key, r.value, "invalid_report", detail))
     keep &= ~np.isin(message, messages[counts > 1])
+
+
+def _charge_rounds(
+    decoded: Decoded,
+    keep: NDArray[np.bool_],
+    fresh: Sequence[Record],
+    rejected: list[Rejected],
+    hashes: NDArray[np.uint64],
+    book: RoundBook,
+    rounds: RoundState,
+) -> RoundBook:
+    """Interactive collections: refuse reports of another round or other means, then a
+    device's second report in the open round; returns the round book with the rest."""
+    bad, reasons, details = rounds.gate(decoded.reports)
+    for row in np.flatnonzero(bad & keep):
+        r = fresh[int(decoded.message[row])]
+        rejected.append(Rejected(r.offset, r.key, r.value, str(reasons[row]), str(details[row])))
+    keep &= ~bad
+    rows = np.flatnonzero(keep)
+    if not rows.size:
+        return book
+    book, admitted = book.charge(hashes[decoded.message[rows]], rounds.open_round)
+    for row in rows[~admitted]:
+        r = fresh[int(decoded.message[row])]
+        detail = f"device already reported in round {rounds.open_round + 1}"
+        rejected.append(Rejected(r.offset, r.key, r.value, "budget_exceeded", detail))
+    keep[rows[~admitted]] = False
+    return book

@@ -24,6 +24,8 @@ from aggregator.state import AggregatorState, CheckpointMismatch
 from aggregator.statetopic import StateFollower, decode
 from aggregator.topics import ensure_topics
 from common.collection import Collection
+from common.control import is_interactive
+from common.errors import KvldpError
 
 
 def _stderr(line: str) -> None:
@@ -43,6 +45,11 @@ class MergedExporter:
         log: Callable[[str], None] = _stderr,
         security: HttpSecurity | None = None,
     ) -> None:
+        if is_interactive(collection):
+            raise KvldpError(
+                f"collection {collection.name} is interactive ({collection.mechanism_name}): one aggregator "
+                "decides its rounds, so it runs with --role all"
+            )
         self.collection = collection
         self.bootstrap_servers = bootstrap_servers
         self.metrics_host = metrics_host

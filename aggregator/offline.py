@@ -16,6 +16,8 @@ from aggregator.ingest import plan
 from aggregator.refit import refit
 from aggregator.state import AggregatorState
 from common.collection import Collection
+from common.control import is_interactive
+from common.errors import KvldpError
 from common.recording import check_header, read_recording
 from common.wire import WireFormat
 
@@ -24,7 +26,17 @@ STEP = 50_000
 
 
 def fold_recording(collection: Collection, path: Path) -> AggregatorState:
-    """The state a fresh aggregator reaches after consuming the recorded messages."""
+    """The state a fresh aggregator reaches after consuming the recorded messages.
+
+    An interactive collection's recording cannot be folded offline: which reports each
+    round took depends on when the live aggregator closed it, which the reports alone
+    do not say."""
+    if is_interactive(collection):
+        raise KvldpError(
+            f"collection {collection.name} is interactive ({collection.mechanism_name}): its rounds were "
+            "closed live, so a recording of its reports cannot be folded offline; read the live "
+            "aggregator's estimates (or its checkpoint) instead"
+        )
     state = AggregatorState(collection)
     wire = WireFormat(collection)
     with path.open("rb") as stream:

@@ -36,6 +36,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from aggregator.control import ControlPublisher
 from aggregator.exporter import Exporter, HttpSecurity
 from aggregator.ingest import Rejected, plan, record_digest
 from aggregator.memory import release_free_memory
@@ -43,6 +44,7 @@ from aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStor
 from aggregator.statetopic import StateFollower, StateTopic, decode
 from aggregator.topics import ensure_topics
 from common.collection import Collection
+from common.control import is_interactive
 from common.errors import KvldpError
 from common.wire import WireFormat
 
@@ -102,6 +104,11 @@ class Aggregator:
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
+        if role != "all" and is_interactive(collection):
+            raise KvldpError(
+                f"collection {collection.name} is interactive ({collection.mechanism_name}): one aggregator "
+                "decides its rounds, so it runs with --role all"
+            )
         self.collection = collection
         self.bootstrap_servers = bootstrap_servers
         self.metrics_host = metrics_host
@@ -128,6 +135,7 @@ class Aggregator:
         self._save_lock = asyncio.Lock()
         self._fatal: Exception | None = None
         self._partition_warnings: set[int] = set()
+        self.control = ControlPublisher(collection, bootstrap_servers) if is_interactive(collection) else None
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
@@ -161,6 +169,10 @@ class Aggregator:
         tasks: list[asyncio.Task[None]] = []
         try:
             await self._dlq.start()
+            if self.control is not None and self.state.rounds is not None:
+                await self.control.start()
+                await self.control.announce(self.state.rounds)
+                self.log(f"{self.control.topic}: {self.state.rounds.control().describe()}")
             if self.snapshots is not None and self.follower is not None:
                 await self.snapshots.start()
                 await self.follower.start()
@@ -201,6 +213,8 @@ class Aggregator:
                 await self.snapshots.stop()
             if self._dlq is not None:
                 await self._dlq.stop()
+            if self.control is not None:
+                await self.control.stop()
             await self.exporter.close()
 
     async def _every(self, seconds: float, job: Callable[[], object]) -> None:
@@ -252,6 +266,21 @@ class Aggregator:
                 work.apply(self.state)
                 state.highwater = consumer.highwater(tp) or state.highwater
                 self._dirty.add(tp.partition)
+            await self._close_round()
+
+    async def _close_round(self) -> None:
+        """Close the open round if its policy says so: fold nothing more (this runs in the
+        consume loop, between fetches), compute the next means, checkpoint, then publish
+        the control record (see :mod:`aggregator.rounds` for why in this order)."""
+        rounds, control = self.state.rounds, self.control
+        now_ms = int(time.time() * 1000)
+        if rounds is None or control is None or not rounds.due(now_ms):
+            return
+        rounds.close(self.state.all_stats().arrays["counts"], now_ms)
+        self._dirty |= set(self.state.partitions)
+        await self.checkpoint()
+        await control.publish(rounds.control())
+        self.log(f"round {rounds.closed} closed; {control.topic}: {rounds.control().describe()}")
 
     async def _reset(self, tp: TopicPartition, why: str) -> None:
         """Start a new epoch of a reset partition at its offset 0, keeping the statistics."""

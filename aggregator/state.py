@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,9 @@ from numpy.typing import NDArray
 from aggregator.dedup import RecentIds
 from aggregator.devices import NO_BUCKET, DeviceBook, Retraction
 from aggregator.ledger import Ledger
+from aggregator.rounds import RoundBook, RoundState
 from common.collection import Collection
+from common.control import interactive_mechanism, is_interactive
 from common.errors import KvldpError
 from common.primitives import IntArray
 from common.schema import ReportBatch
@@ -81,6 +84,8 @@ class PartitionState:
     book: DeviceBook = field(default_factory=DeviceBook)
     #: reports folded, ever (a memoized collection's statistics keep one per device)
     folded: int = 0
+    #: rounds each device reported in (interactive collections)
+    round_book: RoundBook = field(default_factory=RoundBook)
 
     @property
     def reports(self) -> int:
@@ -97,8 +102,13 @@ class AggregatorState:
         finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
         self.retention_ms = (max(finite) * 1000 + 2 * self.bucket_ms) if finite and self.bucket_ms else 0
         self.partitions: dict[int, PartitionState] = {}
-        #: whether partitions keep a :class:`DeviceBook` (collections with a privacy table)
-        self.tracks_devices = bool(collection.privacy.as_table())
+        #: the rounds of an interactive collection (None: not interactive)
+        self.rounds: RoundState | None = (
+            RoundState.start(collection, int(time.time() * 1000)) if is_interactive(collection) else None
+        )
+        #: whether partitions keep a :class:`DeviceBook` (collections with a privacy table;
+        #: interactive ones count rounds per device in their round book instead)
+        self.tracks_devices = bool(collection.privacy.as_table()) and self.rounds is None
 
     def partition(self, p: int) -> PartitionState:
         if p not in self.partitions:
@@ -181,7 +191,13 @@ class AggregatorState:
         return total
 
     def device_spent(self) -> NDArray[np.float64]:
-        """Epsilon spent by every device seen (collections that keep a device book)."""
+        """Epsilon spent by every device seen (collections that keep a device or round book)."""
+        if self.rounds is not None:
+            mech = interactive_mechanism(self.collection)
+            costs = np.array([mech.round_epsilon(r) for r in range(mech.rounds)])
+            return np.concatenate(
+                [np.zeros(0), *(s.round_book.spent(costs) for s in self.partitions.values())]
+            )
         charged = [s.book.charged for s in self.partitions.values()]
         return self.collection.epsilon * np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
 
@@ -232,10 +248,13 @@ class AggregatorState:
                     "highwater": s.highwater,
                     "folded": s.folded,
                     **({"book": s.book.to_wire()} if self.tracks_devices else {}),
+                    **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
                 }
                 for p, s in self.partitions.items()
             },
         }
+        if self.rounds is not None:
+            payload["rounds"] = self.rounds.to_wire()
         return bytes(msgpack.packb(payload, use_bin_type=True))
 
     @classmethod
@@ -257,6 +276,8 @@ class AggregatorState:
             raise CheckpointMismatch("checkpoint was written with other windows; use another --state-dir")
         mech = collection.mechanism
         try:
+            if state.rounds is not None:
+                state.rounds = RoundState.from_wire(collection, payload["rounds"])
             for p, entry in payload["partitions"].items():
                 base = Stats.from_bytes(mech, entry["base"])
                 buckets = {int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()}
@@ -283,6 +304,9 @@ class AggregatorState:
                     last_digest=bytes(entry["last"]),
                     highwater=int(entry["highwater"]),
                     book=DeviceBook.from_wire(entry["book"]) if "book" in entry else DeviceBook(),
+                    round_book=(
+                        RoundBook.from_wire(entry["round_book"]) if state.rounds is not None else RoundBook()
+                    ),
                     # checkpoints written before the count was kept: every report is in the stats
                     folded=int(
                         entry.get("folded", base.n_reports + sum(s.n_reports for s in buckets.values()))

@@ -418,6 +418,11 @@ def _parse_privacy(table: Any, mechanism: Mechanism) -> PrivacyConfig:
             "privacy.memoize: privkvm is interactive (a holder's fake values follow the server's "
             "published means, so the server could force new states); use privkv, pckv_ue or pckv_grr"
         )
+    if privacy.report_period_s is not None and mechanism.name == "privkvm":
+        raise InvalidCollection(
+            "privacy.report_period: privkvm devices report once per round; params.round_period "
+            "sets the pace of the rounds"
+        )
     return privacy
 
 

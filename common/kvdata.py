@@ -132,6 +132,14 @@ class KVData:
             values=self.values[lo:hi],
         )
 
+    def take(self, index: IntArray) -> KVData:
+        """The users at ``index`` (in that order) as a new KVData."""
+        sizes = self.sizes[index]
+        indptr = np.zeros(index.shape[0] + 1, dtype=np.int64)
+        np.cumsum(sizes, out=indptr[1:])
+        pairs = np.repeat(self.indptr[:-1][index] - indptr[:-1], sizes) + np.arange(indptr[-1])
+        return KVData(self.d, indptr, self.keys[pairs], self.values[pairs])
+
     def chunks(self, max_users: int) -> Iterator[KVData]:
         """Consecutive row blocks of at most ``max_users`` users (bounds simulator memory)."""
         for start in range(0, self.n_users, max_users):

@@ -26,7 +26,9 @@ small container limits, and every exception at the boundary becomes a
 ``oversize``, ``undecodable``, ``bad_envelope``, ``unsupported_version``,
 ``wrong_collection``, ``wrong_mechanism``, ``config_mismatch``, ``bad_payload``,
 ``out_of_range``, ``invalid_report``, ``stale``, ``future`` (and the aggregator's own
-``budget_exceeded``).
+``budget_exceeded``, and for interactive collections ``stale_round`` — a report for a
+round that is not the open one — and ``round_mismatch`` — built on other means than
+the ones published for its round).
 """
 
 from __future__ import annotations
@@ -64,6 +66,8 @@ REASONS = (
     "stale",
     "future",
     "budget_exceeded",
+    "stale_round",
+    "round_mismatch",
 )
 
 

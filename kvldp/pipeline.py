@@ -27,7 +27,9 @@ from aggregator.merged import MergedExporter
 from aggregator.offline import estimates_json, fold_recording
 from aggregator.service import Aggregator
 from common.collection import Collection, load_collection
+from common.control import control_topic, interactive_mechanism, is_interactive
 from common.errors import KvldpError
+from common.kvdata import KVData
 from kvldp.broker import EmbeddedBroker, port_in_use
 from kvldp.progress import Progress
 from producer import simulate
@@ -35,6 +37,7 @@ from producer.collector import Collector, check_batching
 from producer.csvsource import read_devices
 from producer.ratings import is_ratings_file, read_ratings
 from producer.recording import record, replay
+from producer.round_fleet import RoundFleet, RoundReport
 
 ENV_BOOTSTRAP = "KVLDP_BOOTSTRAP_SERVERS"
 T = TypeVar("T")
@@ -116,6 +119,8 @@ def produce(args: argparse.Namespace) -> int:
             raise KvldpError(str(exc)) from None
         if args.truth:
             Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
+        if is_interactive(collection):
+            return _produce_rounds(collection, bootstrap, users, rng)
 
         async def publish(stop: asyncio.Event) -> int:
             async with Collector(collection, bootstrap, rng=rng) as sdk:
@@ -145,6 +150,37 @@ def produce(args: argparse.Namespace) -> int:
 
         sent = run_async(publish_csv, bootstrap)
     print(f"published {sent} reports to {collection.reports_topic}", file=sys.stderr)
+    return 0
+
+
+def _produce_rounds(
+    collection: Collection, bootstrap: str, users: KVData, rng: np.random.Generator | None
+) -> int:
+    """A simulated fleet following an interactive collection's rounds to the end: a line
+    per round, then the epsilon each device spent."""
+    mechanism = interactive_mechanism(collection)
+    ids = simulate.device_ids(users.n_users)
+    fleet = RoundFleet(users, ids)
+
+    async def publish(stop: asyncio.Event) -> tuple[int, list[float]]:
+        async with Collector(collection, bootstrap, rng=rng) as sdk:
+            print(
+                f"following {control_topic(collection)} ({mechanism.rounds} rounds at most)", file=sys.stderr
+            )
+            with Progress(users.n_users * mechanism.rounds, f"produce {collection.name}") as bar:
+
+                def said(report: RoundReport) -> None:
+                    print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
+
+                await _until(stop, fleet.run(sdk, on_round=said, on_progress=bar.advance))
+            return sdk.sent_reports, [sdk.privacy_spent(device) for device in ids]
+
+    sent, spent = run_async(publish, bootstrap)
+    print(
+        f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
+        f"median {float(np.median(spent)):g}, max {max(spent):g} (of {collection.epsilon:g})",
+        file=sys.stderr,
+    )
     return 0
 
 

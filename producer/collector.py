@@ -21,6 +21,13 @@ message, keyed by their device id, because the aggregator tells devices apart by
 key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
 come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
 that perturbs whole blocks of devices at once.
+
+An interactive collection (PrivKVM) reports in rounds: the collector follows the
+collection's control topic (:mod:`producer.control`) and every report is for the open
+round, perturbed with the means published for it and tagged with their digest. Each
+device reports at most once per round and spends that round's epsilon
+(:meth:`producer.device_state.DeviceState.round_report`); once the last round closed,
+nothing is sent (``ROUNDS_DONE``). Its reports go out one per message, keyed by device.
 """
 
 from __future__ import annotations
@@ -40,11 +47,13 @@ from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
 from common.collection import Collection, InvalidCollection, load_collection
+from common.control import Control, interactive_mechanism, is_interactive
 from common.errors import KvldpError
 from common.kvdata import KVData
 from common.privacy import PrivacyBudgetExhausted
 from common.schema import ReportBatch, from_rows
 from common.wire import WireFormat
+from producer.control import ControlFollower
 from producer.device_state import (
     DeviceState,
     Fleet,
@@ -58,6 +67,8 @@ from producer.device_state import (
 MAX_IN_FLIGHT = 2000
 #: devices perturbed per vectorised step
 PERTURB_BLOCK = 4096
+#: seconds a device waits for the open round of an interactive collection
+CONTROL_TIMEOUT_S = 60.0
 
 logger = logging.getLogger("kvldp.producer")
 
@@ -68,10 +79,19 @@ class BatchingRefused(KvldpError):
 
 def check_batching(collection: Collection, batch_size: int) -> None:
     """Raise :class:`BatchingRefused` if ``collection`` needs one report per message (it
-    memoizes, or limits reports per period: the record key must name the device)."""
+    memoizes, limits reports per period, or reports in rounds: the record key must name
+    the device)."""
     privacy = collection.privacy
-    if batch_size > 1 and (privacy.memoize or privacy.report_period_s is not None):
-        rule = "memoizes reports" if privacy.memoize else "limits reports per report_period"
+    if batch_size > 1 and (
+        privacy.memoize or privacy.report_period_s is not None or is_interactive(collection)
+    ):
+        rule = (
+            "memoizes reports"
+            if privacy.memoize
+            else "reports once per device and round"
+            if is_interactive(collection)
+            else "limits reports per report_period"
+        )
         raise BatchingRefused(
             f"collection {collection.name} {rule}: each report is its own message keyed by its "
             f"device, so batch_size must be 1, got {batch_size}"
@@ -136,6 +156,7 @@ class Collector:
         producer: AIOKafkaProducer | None = None,
         state_path: str | Path | None = None,
         clock: Callable[[], float] = time.time,
+        control_timeout: float = CONTROL_TIMEOUT_S,
     ) -> None:
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
         self.wire = WireFormat(self.collection)
@@ -168,10 +189,17 @@ class Collector:
         self._pending: list[asyncio.Future[Any]] = []
         self.sent_reports = 0
         self.sent_messages = 0
+        #: the open round of an interactive collection (None for the others)
+        self.control = (
+            ControlFollower(self.collection, bootstrap_servers) if is_interactive(self.collection) else None
+        )
+        self.control_timeout = control_timeout
 
     async def start(self) -> None:
         try:
             await self._producer.start()
+            if self.control is not None:
+                await self.control.start()
         except BaseException:
             await self._producer.stop()  # release the half-open client before reporting
             raise
@@ -180,6 +208,8 @@ class Collector:
         try:
             await self.flush()
         finally:
+            if self.control is not None:
+                await self.control.stop()
             await self._producer.stop()
 
     async def __aenter__(self) -> Collector:
@@ -257,11 +287,16 @@ class Collector:
 
         Returns SENT (a report that cost epsilon), RESENT (a memoized state sent again,
         free) or SKIPPED_PERIOD (nothing sent: this device already reported in this
-        ``report_period``). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
+        ``report_period``); for an interactive collection SKIPPED_ROUND (already reported
+        in the open round) or ROUNDS_DONE (the last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
         untouched) if the report would take the device past ``lifetime_epsilon``.
         """
         device = device_id if device_id is not None else self.device_id
         summary = await self.publish_users(self.users_from_pairs([pairs]), [device])
+        if summary.skipped_round:
+            return ReportStatus.SKIPPED_ROUND
+        if summary.rounds_done:
+            return ReportStatus.ROUNDS_DONE
         if summary.exhausted:
             state = self._state_of(device)
             raise PrivacyBudgetExhausted(
@@ -311,6 +346,12 @@ class Collector:
         if users.n_users != len(device_ids):
             raise ValueError("one device id per device is required")
         per_message = self._per_message(batch_size)
+        if self.control is not None:
+            control = await self.control.wait(timeout=self.control_timeout)
+            summary = await self.publish_round(users, device_ids, control)
+            if on_progress is not None:
+                on_progress(users.n_users)
+            return summary
         # perturb in blocks of whole messages, so that no gateway batch is cut short
         step = per_message * max(1, PERTURB_BLOCK // per_message)
         summary = FleetSummary()
@@ -334,6 +375,32 @@ class Collector:
                 if ahead > 0:
                     await asyncio.sleep(ahead)
         self.sent_reports += summary.published
+        return summary
+
+    async def publish_round(
+        self, users: KVData, device_ids: Sequence[str | bytes | int], control: Control
+    ) -> FleetSummary:
+        """Every device's report for the round ``control`` opens (interactive collections):
+        the devices that may report (each records its spend first) are perturbed at once
+        with the published means, in the blocks of the in-process ``collect``, and sent one
+        per message keyed by device."""
+        summary = FleetSummary()
+        if control.complete:
+            summary.rounds_done = users.n_users
+            return summary
+        keep: list[int] = []
+        for u, device in enumerate(device_ids):
+            status = self._state_of(device).round_report(self.collection, control.round)
+            summary.count(status)
+            if status is ReportStatus.SENT:
+                keep.append(u)
+        if not keep:
+            return summary
+        members = users if len(keep) == users.n_users else users.take(np.asarray(keep, dtype=np.int64))
+        mechanism = interactive_mechanism(self.collection)
+        batch = mechanism.perturb_round_many(members, self.rng, control.round, control.means)
+        await self._publish_batch(batch, [device_ids[u] for u in keep], 1, self._now_ms())
+        self.sent_reports += len(keep)
         return summary
 
     async def _publish_tracked(

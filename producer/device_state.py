@@ -7,7 +7,9 @@ A device that reports for a long time must never forget what it already spent
   keys the alpha-point rounding and the memoized reports;
 * the **memo table**: state fingerprint -> the payload first derived for that state. A
   re-send is a table lookup, so it is byte-identical even if numpy's generators change;
-* the **ledger**: how many reports were charged epsilon, and the last report period.
+* the **ledger**: how many reports were charged epsilon, the last report period, and
+  for an interactive collection (PrivKVM) the rounds the device reported in: round r
+  costs the mechanism's ``round_epsilon(r)``, and a second report in one round is refused.
 
 With a path the state lives in one file (msgpack, tagged with a format name, a version,
 the collection's name and digest), written atomically with mode 0600 (temp file in the
@@ -33,17 +35,19 @@ from typing import Any
 import msgpack
 
 from common.collection import Collection
+from common.control import interactive_mechanism, is_interactive
 from common.errors import KvldpError
 from common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
 from common.primitives import FloatArray, IntArray
-from common.privacy import spent, would_exceed
+from common.privacy import CAP_SLACK, spent, would_exceed
 from common.schema import Report
 
 FORMAT = "kvldp-device-state"
-VERSION = 1
-_FIELDS = frozenset(
+VERSION = 2
+_V1_FIELDS = frozenset(
     ("format", "version", "collection", "digest", "device_id", "secret", "charged", "last_period", "memo")
 )
+_FIELDS = _V1_FIELDS | {"rounds"}
 
 
 class InvalidDeviceState(KvldpError):
@@ -63,6 +67,10 @@ class ReportStatus(enum.Enum):
     #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
     #: :class:`common.privacy.PrivacyBudgetExhausted` instead of returning this)
     EXHAUSTED = "exhausted"
+    #: not sent: the device already reported in the open round (interactive collections)
+    SKIPPED_ROUND = "skipped_round"
+    #: not sent: the collection's last round closed (interactive collections)
+    ROUNDS_DONE = "rounds_done"
 
 
 def tracks_privacy(collection: Collection) -> bool:
@@ -88,6 +96,8 @@ class DeviceState:
     memo: dict[str, Report] = field(default_factory=dict)
     charged: int = 0
     last_period: int | None = None
+    #: rounds (0-based) this device reported in, for an interactive collection
+    rounds: list[int] = field(default_factory=list)
     path: Path | None = None
     #: the rounding offsets, derived from the secret once per device (never written)
     _alpha: FloatArray | None = field(default=None, repr=False, compare=False)
@@ -144,6 +154,7 @@ class DeviceState:
             "charged": self.charged,
             "last_period": self.last_period,
             "memo": self.memo,
+            "rounds": self.rounds,
         }
         return bytes(msgpack.packb(obj, use_bin_type=True))
 
@@ -175,6 +186,9 @@ class DeviceState:
     # ------------------------------------------------------------------ the spending rule
     def spent(self, collection: Collection) -> float:
         """Epsilon this device spent on ``collection`` so far."""
+        if is_interactive(collection):
+            mechanism = interactive_mechanism(collection)
+            return float(sum(mechanism.round_epsilon(r) for r in self.rounds))
         return spent(collection.epsilon, self.charged)
 
     def remaining(self, collection: Collection) -> float:
@@ -209,6 +223,21 @@ class DeviceState:
         self.save()
         return ReportStatus.SENT, report
 
+    def round_report(self, collection: Collection, round_index: int) -> ReportStatus:
+        """Apply the rule to a report in round ``round_index`` of an interactive collection:
+        SENT means the round's epsilon is written as spent and the caller may perturb and
+        send; a second report in one round is SKIPPED_ROUND."""
+        if round_index in self.rounds:
+            return ReportStatus.SKIPPED_ROUND
+        cost = interactive_mechanism(collection).round_epsilon(round_index)
+        cap = collection.privacy.lifetime_epsilon
+        if cap is not None and self.spent(collection) + cost > cap * (1.0 + CAP_SLACK):
+            return ReportStatus.EXHAUSTED
+        self.rounds.append(round_index)
+        self.charged += 1
+        self.save()
+        return ReportStatus.SENT
+
     def fresh(self, collection: Collection, period: int | None) -> ReportStatus:
         """Apply the rule to a report perturbed afresh (no memoization): SENT means the
         spend is written and the caller may perturb and send."""
@@ -228,10 +257,13 @@ def _from_obj(obj: Any, path: Path) -> DeviceState:
 
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise bad("not a kvldp device state (no format tag)")
-    if obj.get("version") != VERSION:
-        raise bad(f"unsupported version {obj.get('version')!r} (this kvldp reads version {VERSION})")
-    if set(obj) != _FIELDS:
-        raise bad(f"fields {sorted(obj)} are not {sorted(_FIELDS)}")
+    version = obj.get("version")
+    if version not in (1, VERSION):
+        raise bad(f"unsupported version {version!r} (this kvldp reads versions 1 and {VERSION})")
+    fields = _V1_FIELDS if version == 1 else _FIELDS
+    if set(obj) != fields:
+        raise bad(f"fields {sorted(obj)} are not {sorted(fields)}")
+    rounds = obj.get("rounds", [])
     checks = (
         ("collection", isinstance(obj["collection"], str)),
         ("digest", type(obj["digest"]) is int and 0 <= obj["digest"] < 2**32),
@@ -240,6 +272,7 @@ def _from_obj(obj: Any, path: Path) -> DeviceState:
         ("charged", type(obj["charged"]) is int and obj["charged"] >= 0),
         ("last_period", obj["last_period"] is None or type(obj["last_period"]) is int),
         ("memo", isinstance(obj["memo"], dict) and all(_is_report(r) for r in obj["memo"].values())),
+        ("rounds", isinstance(rounds, list) and all(type(r) is int and 0 <= r < 64 for r in rounds)),
     )
     for name, ok in checks:
         if not ok:
@@ -252,6 +285,7 @@ def _from_obj(obj: Any, path: Path) -> DeviceState:
         memo=obj["memo"],
         charged=obj["charged"],
         last_period=obj["last_period"],
+        rounds=list(rounds),
         path=path,
     )
 
@@ -270,6 +304,8 @@ class FleetSummary:
     resent: int = 0
     skipped_period: int = 0
     exhausted: int = 0
+    skipped_round: int = 0
+    rounds_done: int = 0
 
     def count(self, status: ReportStatus) -> None:
         setattr(self, status.value, getattr(self, status.value) + 1)
@@ -284,10 +320,13 @@ class FleetSummary:
         return self.sent + self.resent
 
     def __str__(self) -> str:
-        return (
+        text = (
             f"sent {self.sent}, resent {self.resent}, skipped (period) {self.skipped_period}, "
             f"exhausted {self.exhausted}"
         )
+        if self.skipped_round or self.rounds_done:
+            text += f", skipped (round) {self.skipped_round}, rounds done {self.rounds_done}"
+        return text
 
 
 class Fleet:

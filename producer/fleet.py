@@ -23,7 +23,7 @@ import numpy as np
 from common.collection import Collection
 from common.errors import KvldpError
 from common.kvdata import KVData
-from common.primitives import FloatArray, IntArray
+from common.primitives import FloatArray
 from producer.collector import Collector
 from producer.device_state import FleetSummary
 from producer.simulate import device_ids, simulate
@@ -36,15 +36,6 @@ class InvalidSimulation(KvldpError):
     """Fleet simulation settings out of range."""
 
 
-def take_rows(users: KVData, index: IntArray) -> KVData:
-    """The users at ``index`` (in that order) as a new KVData."""
-    sizes = users.sizes[index]
-    indptr = np.zeros(index.shape[0] + 1, dtype=np.int64)
-    np.cumsum(sizes, out=indptr[1:])
-    pairs = np.repeat(users.indptr[:-1][index] - indptr[:-1], sizes) + np.arange(indptr[-1])
-    return KVData(users.d, indptr, users.keys[pairs], users.values[pairs])
-
-
 def redraw(current: KVData, fresh: KVData, churned: np.ndarray) -> KVData:
     """``current`` with the rows where ``churned`` is set taken from ``fresh`` instead."""
     n = current.n_users
@@ -54,7 +45,7 @@ def redraw(current: KVData, fresh: KVData, churned: np.ndarray) -> KVData:
         np.concatenate([current.keys, fresh.keys]),
         np.concatenate([current.values, fresh.values]),
     )
-    return take_rows(both, np.where(churned, np.arange(n) + n, np.arange(n)))
+    return both.take(np.where(churned, np.arange(n) + n, np.arange(n)))
 
 
 class SimulatedClock:

@@ -9,8 +9,16 @@ spends eps/(2c) on the value; later rounds spend nothing on the key (the key bit
 fair coin). Before round r >= 2 the server publishes m^(r-1) and non-holders perturb
 that value instead of a uniform fake, which removes PrivKV's shrinkage geometrically.
 ``per_round_equal`` is the alternative reading eps1 = eps2 = eps/(2c) in every round.
-The streaming round protocol is a later issue; here ``collect`` runs all rounds
-in-process on one population, publishing means computed from the rounds so far.
+Round r costs a device ``round_epsilon(r)``; the c rounds together cost exactly eps.
+
+Every report carries its round ``r`` and ``md``, the digest of the means it perturbed
+with (:func:`means_digest`), so a server can tell a report built on other means. Live, the
+aggregator closes a round by its policy (``round_min_reports`` reports and
+``round_period`` elapsed) and publishes the next means on a control topic (see
+:mod:`common.control`); ``collect`` runs the same rounds in-process on one population,
+each round on the means computed from the rounds before it. With ``adaptive`` the rounds
+stop early by PrivKVM+'s rule (spec §5, reconstructed): after the first round r whose
+means moved by at most ``a0`` on average, mean_k |m^(r) - m^(r-1)| <= a0.
 
 Statistics: counts[r, j, s]. Estimators:
 
@@ -23,10 +31,18 @@ Statistics: counts[r, j, s]. Estimators:
 * ``em`` — the MLE pooling all rounds: per key a 3-state model whose round-r likelihood
   has the published mean as the non-holders' fake value (warm-startable).
 * ``normsub`` — round-1 states projected onto the simplex for f; the unbiased mean.
+* ``virtual`` — virtual iterations on round-1 data alone (``virtual`` of them, 5 when
+  the parameter is 0): PCKV's "1r5v" reading of whatever round 1 collected.
+
+Rounds may have different participants (a device that joins late reports only in the
+rounds that remain): each round's estimate uses that round's own report count, which
+is right when every round's participants are a sample of the same population taken
+independently of their data. f comes from round 1 alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -52,12 +68,31 @@ from common.mechanisms.privkv import lpp_perturb, lpp_transition
 from common.mechanisms.registry import register
 from common.params import InvalidParameter, Param
 from common.primitives import FloatArray, rr_keep
+from common.privacy import InvalidPrivacy, parse_duration
 from common.schema import Field, Report, ReportBatch, concat, row
 from common.simplex import project_simplex
 from common.stats import Stats
 from common.variance import delta_variance, stderr
 
 RECONSTRUCTED = "PrivKVM is reconstructed (spec §5): the original paper was not retrievable"
+#: virtual iterations of the ``virtual`` estimator when the parameter is 0 (PCKV's "1r5v")
+DEFAULT_VIRTUAL = 5
+
+
+def means_digest(round_index: int, means: FloatArray) -> int:
+    """uint32 binding a round to the means published before it (the reports' ``md``)."""
+    h = hashlib.sha256(b"kvldp-privkvm-means")
+    h.update(int(round_index).to_bytes(2, "little"))
+    h.update(np.ascontiguousarray(means, dtype="<f8").tobytes())
+    return int.from_bytes(h.digest()[:4], "big")
+
+
+def _is_duration(text: object) -> bool:
+    try:
+        parse_duration(text, "round_period")
+    except InvalidPrivacy:
+        return False
+    return True
 
 
 def calibrated_mean(counts: FloatArray, p2: float, previous: FloatArray) -> FloatArray:
@@ -90,7 +125,7 @@ def virtual_iterations(f: FloatArray, first: FloatArray, p1: float, iterations: 
 class PrivKVM(Mechanism):
     name = "privkvm"
     summary = "PrivKVM: c rounds of PrivKV with published means (reconstructed, spec §5)"
-    estimator_names = ("unbiased", "paper", "em", "normsub")
+    estimator_names = ("unbiased", "paper", "em", "normsub", "virtual")
     params_spec = (
         Param(
             "rounds",
@@ -115,6 +150,36 @@ class PrivKVM(Mechanism):
             "default: key eps/2 in round 1 only; per_round_equal: eps/(2c) to key and value every round",
             choices=("default", "per_round_equal"),
         ),
+        Param(
+            "round_min_reports",
+            int,
+            1,
+            "live rounds: reports a round needs before it may close",
+            check=lambda v: 1 <= int(v) <= 10**12,
+            check_doc="must lie in [1, 1e12]",
+        ),
+        Param(
+            "round_period",
+            str,
+            "1h",
+            "live rounds: time a round stays open at least (e.g. '30s', '1h'; devices report once per round)",
+            check=_is_duration,
+            check_doc="a duration such as '30s', '15m', '1h' or '1d'",
+        ),
+        Param(
+            "adaptive",
+            bool,
+            False,
+            "PrivKVM+ stopping rule (reconstructed): stop after the first round whose means moved by <= a0",
+        ),
+        Param(
+            "a0",
+            float,
+            0.0,
+            "threshold A0 of the adaptive rule on mean_k |m^(r) - m^(r-1)| (values in [-1, 1])",
+            check=lambda v: 0.0 <= float(v) <= 2.0,
+            check_doc="must lie in [0, 2]",
+        ),
     )
 
     def _setup(self) -> None:
@@ -122,6 +187,14 @@ class PrivKVM(Mechanism):
         self.virtual = int(self.params["virtual"])
         if self.virtual and self.rounds != 1:
             raise InvalidParameter("privkvm: virtual iterations are reconstructed for one real round only")
+        self.adaptive = bool(self.params["adaptive"])
+        self.a0 = float(self.params["a0"])
+        if self.adaptive and self.a0 <= 0:
+            raise InvalidParameter("privkvm: adaptive = true needs a0 > 0 (the stopping threshold A0)")
+        if self.a0 > 0 and not self.adaptive:
+            raise InvalidParameter("privkvm: a0 is the threshold of the adaptive rule; set adaptive = true")
+        self.round_min_reports = int(self.params["round_min_reports"])
+        self.round_period_s = parse_duration(self.params["round_period"], "round_period")
         c = self.rounds
         self.eps_value = self.epsilon / (2 * c)
         if self.params["budget_mode"] == "default":
@@ -133,7 +206,17 @@ class PrivKVM(Mechanism):
 
     # --------------------------------------------------------------- client
     def fields(self) -> tuple[Field, ...]:
-        return (Field("r", "uint", 0, self.rounds), Field("j", "uint", 0, self.d), Field("s", "uint", 0, 3))
+        return (
+            Field("r", "uint", 0, self.rounds),
+            Field("md", "uint", 0, 2**32),
+            Field("j", "uint", 0, self.d),
+            Field("s", "uint", 0, 3),
+        )
+
+    def round_epsilon(self, round_index: int) -> float:
+        """What a device spends on its report in round ``round_index`` (0-based), by
+        sequential composition: key budget of the round plus eps/(2c) on the value."""
+        return float(self.eps_key[round_index]) + self.eps_value
 
     def perturb_round(
         self, users: KVData, rng: np.random.Generator, round_index: int, published: FloatArray
@@ -143,7 +226,21 @@ class PrivKVM(Mechanism):
         j = rng.integers(0, self.d, size=n, dtype=np.int64)
         fake = None if round_index == 0 else published[j]
         s = lpp_perturb(states_of(users, j, rng), float(self.p1[round_index]), self.p2, rng, fake)
-        return {"r": np.full(n, round_index, dtype=np.int64), "j": j, "s": s}
+        return {
+            "r": np.full(n, round_index, dtype=np.int64),
+            "md": np.full(n, means_digest(round_index, published), dtype=np.int64),
+            "j": j,
+            "s": s,
+        }
+
+    def perturb_round_many(
+        self, users: KVData, rng: np.random.Generator, round_index: int, published: FloatArray
+    ) -> ReportBatch:
+        """:meth:`perturb_round` in the blocks of :meth:`collect`: the same generator gives
+        the same reports whether the round runs in-process or through a live fleet."""
+        return concat(
+            [self.perturb_round(b, rng, round_index, published) for b in users.chunks(COLLECT_CHUNK)]
+        )
 
     def perturb(
         self,
@@ -166,16 +263,42 @@ class PrivKVM(Mechanism):
             )
             stats.fold(batch)
             batches.append(batch)
+            if self.stops_after(r, stats.arrays["counts"].astype(np.float64)):
+                break
         return concat(batches)
 
     def collect(self, users: KVData, rng: np.random.Generator) -> Stats:
-        """All rounds on the whole population (published means must see every user)."""
+        """All rounds on the whole population (published means must see every user), with
+        the adaptive rule's early stop."""
         stats = self.new_stats()
         for r in range(self.rounds):
             published = self.published_means(stats.arrays["counts"].astype(np.float64))[r]
-            for block in users.chunks(COLLECT_CHUNK):
-                stats.fold(self.perturb_round(block, rng, r, published))
+            stats.fold(self.perturb_round_many(users, rng, r, published))
+            if self.stops_after(r, stats.arrays["counts"].astype(np.float64)):
+                break
         return stats
+
+    # --------------------------------------------------------------- rounds
+    def next_means(self, counts: FloatArray, round_index: int, previous: FloatArray) -> FloatArray:
+        """m^(r+1), published when round ``round_index`` closes: the PrivKV calibration of
+        that round's counts (keys without key-bit-1 reports keep ``previous``)."""
+        return calibrated_mean(np.asarray(counts[round_index], dtype=np.float64), self.p2, previous)
+
+    def stops_after(self, round_index: int, counts: FloatArray) -> bool:
+        """Whether no round follows ``round_index``: it was the last, or the adaptive rule
+        says the means have settled (mean_k |m^(r) - m^(r-1)| <= a0)."""
+        if round_index + 1 >= self.rounds:
+            return True
+        if not self.adaptive:
+            return False
+        means = self.published_means(counts)
+        return bool(np.mean(np.abs(means[round_index + 1] - means[round_index])) <= self.a0)
+
+    def through_round(self, stats: Stats, rounds: int) -> Stats:
+        """The statistics of the first ``rounds`` rounds only (later rounds zeroed)."""
+        counts = stats.arrays["counts"].copy()
+        counts[rounds:] = 0
+        return Stats(self, {"counts": counts, "n": np.array([int(counts.sum())], dtype=np.int64)})
 
     # --------------------------------------------------------------- statistics
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -193,7 +316,7 @@ class PrivKVM(Mechanism):
         """m^(0..c): m^(0) = 0 and m^(r) from round r's counts (the server's recursion)."""
         means = np.zeros((self.rounds + 1, self.d))
         for r in range(self.rounds):
-            means[r + 1] = calibrated_mean(counts[r].astype(np.float64), self.p2, means[r])
+            means[r + 1] = self.next_means(counts, r, means[r])
         return means
 
     def round_transitions(self, published: FloatArray) -> FloatArray:
@@ -213,7 +336,9 @@ class PrivKVM(Mechanism):
             published = self.published_means(counts)[r]
             p = lpp_transition(float(self.p1[r]), self.p2, published)
             counts[r] = np.einsum("gjk,gk->gj", p, latent) / self.d
-        return Stats.expected(self, {"counts": counts, "n": np.array([float(users.n_users * self.rounds)])})
+            if self.stops_after(r, counts):
+                break
+        return Stats.expected(self, {"counts": counts, "n": np.array([float(counts.sum())])})
 
     # --------------------------------------------------------------- estimation
     def _round1_states(self, counts: FloatArray) -> FloatArray:
@@ -228,6 +353,12 @@ class PrivKVM(Mechanism):
         if not self.virtual:
             return final
         return virtual_iterations(self._frequency(counts), final, float(self.p1[0]), self.virtual)
+
+    def _virtual_mean(self, counts: FloatArray) -> FloatArray:
+        """Virtual iterations on round 1 alone (whatever later rounds collected)."""
+        first = calibrated_mean(counts[0].astype(np.float64), self.p2, np.zeros(self.d))
+        iterations = self.virtual or DEFAULT_VIRTUAL
+        return virtual_iterations(self._frequency(counts), first, float(self.p1[0]), iterations)
 
     def _frequency(self, counts: FloatArray) -> FloatArray:
         theta = self._round1_states(counts)
@@ -288,15 +419,17 @@ class PrivKVM(Mechanism):
             total = cond + (1 - w) ** 2 * total
         return total
 
-    def _covariance(self, counts: FloatArray, theta: FloatArray, n: int) -> FloatArray:
-        """Block-diagonal covariance of all rounds' counts per key: (d, 3c, 3c)."""
+    def _covariance(self, counts: FloatArray, theta: FloatArray) -> FloatArray:
+        """Block-diagonal covariance of all rounds' counts per key: (d, 3c, 3c). Each round
+        has its own participants (one report each), so its own user count."""
         published = self.published_means(counts)
         trans = self.round_transitions(published)
-        per_round_users = n / self.rounds
         cov = np.zeros((self.d, 3 * self.rounds, 3 * self.rounds))
         for r in range(self.rounds):
-            block = sampled_count_covariance(trans[r], theta, counts[r].sum(axis=1), round(per_round_users))
-            cov[:, 3 * r : 3 * r + 3, 3 * r : 3 * r + 3] = block
+            participants = int(counts[r].sum())
+            if participants:
+                block = sampled_count_covariance(trans[r], theta, counts[r].sum(axis=1), participants)
+                cov[:, 3 * r : 3 * r + 3, 3 * r : 3 * r + 3] = block
         return cov
 
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
@@ -317,11 +450,14 @@ class PrivKVM(Mechanism):
         freq = theta1[:, NEG] + theta1[:, POS]
         if estimator == "normsub":
             freq = projected[:, NEG] + projected[:, POS]
-        cov = self._covariance(counts, plugin, stats.n_reports)
+        cov = self._covariance(counts, plugin)
         var_f = delta_variance(lambda x: self._frequency(unflat(x)), flat, cov)
         if estimator == "paper":
             mean = self._paper_mean(counts)
             var_m = self._paper_mean_variance(counts, plugin, cov, flat, unflat)
+        elif estimator == "virtual":
+            mean = self._virtual_mean(counts)
+            var_m = delta_variance(lambda x: self._virtual_mean(unflat(x)), flat, cov)
         else:
             # the published means were fixed before each round: hold them fixed (conditionally
             # on them every round's estimate is unbiased, so they add no variance)
