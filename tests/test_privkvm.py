@@ -10,7 +10,7 @@ import pytest
 from common.audit import audit
 from common.kvdata import KVData
 from common.mechanisms import create
-from common.mechanisms.privkvm import PrivKVM, virtual_iterations
+from common.mechanisms.privkvm import PrivKVM, means_digest, virtual_iterations
 from common.primitives import rr_keep
 
 
@@ -78,8 +78,10 @@ def test_rounds_publish_means_that_non_holders_then_perturb() -> None:
     rng = np.random.default_rng(33)
     batch = mech.perturb_many(population(3000, rng), rng)
     assert np.bincount(batch["r"]).tolist() == [3000, 3000, 3000]
-    report = mech.perturb({0: 0.5}, rng, round_index=2, published=np.array([1.0, -1.0, 0.0]))
-    assert report["r"] == 2 and set(report) == {"r", "j", "s"}
+    published = np.array([1.0, -1.0, 0.0])
+    report = mech.perturb({0: 0.5}, rng, round_index=2, published=published)
+    assert report["r"] == 2 and set(report) == {"r", "md", "j", "s"}
+    assert report["md"] == means_digest(2, published) != means_digest(1, published)
     # a non-holder with published mean +1 reports value +1 whenever it reports the key at all
     non_holders = KVData.from_pairs(3, [{}] * 20_000)
     s = mech.perturb_round(non_holders, rng, 1, np.ones(3))["s"]
