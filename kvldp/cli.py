@@ -300,6 +300,17 @@ def cmd_bench_kafka(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_rounds(args: argparse.Namespace) -> int:
+    """PrivKVM's rounds live against the in-process reference."""
+    from kvldp.bench import rounds
+
+    rows = rounds.bench_rounds(
+        args.users, args.keys, args.epsilon, args.rounds, args.live_repeats, args.reference_repeats, args.seed
+    )
+    _emit(rows, args.json, format_table(rows, rounds.ROUNDS_COLUMNS))
+    return 0
+
+
 def cmd_bench_peers(args: argparse.Namespace) -> int:
     from kvldp.bench.peers import COLUMNS, bench_peers
 
@@ -526,6 +537,18 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_kafka)
+    b = bsub.add_parser(
+        "rounds", help="PrivKVM rounds streamed live: MSE against the in-process reference, time per round"
+    )
+    b.add_argument("--users", type=_positive_int, default=20_000)
+    b.add_argument("--keys", type=_positive_int, default=10)
+    b.add_argument("--epsilon", type=_positive_float, default=4.0)
+    b.add_argument("--rounds", type=_int_list, default=[1, 3, 10], help="comma list of round counts c")
+    b.add_argument("--live-repeats", type=_positive_int, default=5, help="live runs per c")
+    b.add_argument("--reference-repeats", type=_positive_int, default=50, help="in-process runs per c")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_rounds)
     b = bsub.add_parser(
         "peers", help="grr/oue/olh aggregation time and MSE vs pure-ldp and multi-freq-ldpy (make bench-deps)"
     )

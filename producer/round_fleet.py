@@ -30,11 +30,13 @@ from producer.device_state import FleetSummary
 
 @dataclass(frozen=True)
 class RoundReport:
-    """What the fleet did in one round: its index (0-based), the outcome counts, the
-    seconds from the round's opening being seen to the last acknowledgement."""
+    """What the fleet did in one round: its index (0-based), the outcome counts, when the
+    fleet saw the round open (``time.monotonic()``) and the seconds from then to the last
+    acknowledgement of its reports."""
 
     round: int
     summary: FleetSummary
+    opened: float
     seconds: float
 
     def __str__(self) -> str:
@@ -82,7 +84,7 @@ class RoundFleet:
             summary = await sdk.publish_round(users, [self.device_ids[i] for i in members], control)
             await sdk.flush()
             done = control.round
-            report = RoundReport(control.round, summary, time.monotonic() - started)
+            report = RoundReport(control.round, summary, started, time.monotonic() - started)
             reports.append(report)
             if on_progress is not None:
                 on_progress(members.size)

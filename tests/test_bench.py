@@ -63,3 +63,15 @@ def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:
 def test_memory_checkpoints_are_positive() -> None:
     with pytest.raises(SystemExit):
         main(["bench", "memory", "--reports", "0"])
+
+
+def test_rounds_streams_privkvm_live_and_matches_the_in_process_reference(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "rounds", "--users", "500", "--keys", "3", "--rounds", "2", "--live-repeats", "1"]
+    assert main([*argv, "--reference-repeats", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["rounds"], r["estimator"]) for r in rows] == [(2, "paper"), (2, "unbiased")]
+    for row in rows:
+        assert row["identical"] is True and row["round_s_median"] > 0.5  # a 1 s round_period
+        assert _rate(row["send_s_median"]) and row["live_mse"] >= 0 and row["reference_mse"] > 0
