@@ -12,10 +12,14 @@ import numpy as np
 import pytest
 
 from aggregator.ingest import plan
+from aggregator.merged import MergedExporter
+from aggregator.offline import fold_recording
 from aggregator.rounds import RoundBook, RoundState
+from aggregator.service import Aggregator
 from aggregator.state import AggregatorState
 from common.collection import Collection, InvalidCollection, parse_collection
 from common.control import Control, InvalidControl, decode_control
+from common.errors import KvldpError
 from common.kvdata import KVData
 from common.mechanisms.privkvm import PrivKVM, means_digest
 from common.stats import Stats
@@ -329,3 +333,13 @@ def test_exported_estimates_use_the_closed_rounds_only() -> None:
     np.testing.assert_array_equal(both, mech.published_means(stats.arrays["counts"].astype(np.float64))[1])
     virtual = mech.estimate(stats, "virtual")
     np.testing.assert_array_equal(virtual.mean, mech.estimate(first, "virtual").mean)
+
+
+def test_one_aggregator_decides_the_rounds_and_recordings_are_not_folded_offline(tmp_path: Any) -> None:
+    c = privkvm_collection()
+    with pytest.raises(KvldpError, match="one aggregator decides its rounds, so it runs with --role all"):
+        Aggregator(c, "127.0.0.1:1", role="worker")
+    with pytest.raises(KvldpError, match="one aggregator decides its rounds"):
+        MergedExporter(c, "127.0.0.1:1")
+    with pytest.raises(KvldpError, match="cannot be folded offline"):
+        fold_recording(c, tmp_path / "recording")
