@@ -89,6 +89,7 @@ class Plan:
     #: round the plan was made in
     round_book: RoundBook | None = None
     round_index: int = -1
+    round_complete: bool = False
 
     @property
     def n_reports(self) -> int:
@@ -108,7 +109,7 @@ class Plan:
                 reports = {k: v[change.keep] for k, v in reports.items()}
                 buckets = None if buckets is None else buckets[change.keep]
         if self.round_book is not None and state.rounds is not None:
-            if state.rounds.open_round != self.round_index or state.rounds.complete:
+            if (state.rounds.open_round, state.rounds.complete) != (self.round_index, self.round_complete):
                 raise RuntimeError(f"plan for round {self.round_index} applied in another round")
             target.round_book = self.round_book
             state.rounds.open_reports += self.n_reports
@@ -215,6 +216,7 @@ def plan(
         devices,
         round_book,
         -1 if rounds is None else rounds.open_round,
+        rounds is not None and rounds.complete,
     )
 
 

@@ -415,7 +415,7 @@ def _parse_privacy(table: Any, mechanism: Mechanism) -> PrivacyConfig:
         raise InvalidCollection(str(exc)) from None
     if privacy.memoize and mechanism.name == "privkvm":
         raise InvalidCollection(
-            "privacy.memoize: privkvm is interactive (a holder's fake values follow the server's "
+            "privacy.memoize: privkvm is interactive (a non-holder's fake values follow the server's "
             "published means, so the server could force new states); use privkv, pckv_ue or pckv_grr"
         )
     if privacy.report_period_s is not None and mechanism.name == "privkvm":

@@ -120,6 +120,10 @@ def produce(args: argparse.Namespace) -> int:
         if args.truth:
             Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
         if is_interactive(collection):
+            if args.rate:
+                raise KvldpError(
+                    f"--rate: collection {collection.name} reports in rounds, paced by its round_period"
+                )
             return _produce_rounds(collection, bootstrap, users, rng)
 
         async def publish(stop: asyncio.Event) -> int:
@@ -159,6 +163,12 @@ def _produce_rounds(
     """A simulated fleet following an interactive collection's rounds to the end: a line
     per round, then the epsilon each device spent."""
     mechanism = interactive_mechanism(collection)
+    if users.n_users < mechanism.round_min_reports:
+        print(
+            f"warning: {users.n_users} devices are fewer than round_min_reports={mechanism.round_min_reports}: "
+            "rounds close only once other devices report too",
+            file=sys.stderr,
+        )
     ids = simulate.device_ids(users.n_users)
     fleet = RoundFleet(users, ids)
 

@@ -343,3 +343,19 @@ def test_one_aggregator_decides_the_rounds_and_recordings_are_not_folded_offline
         MergedExporter(c, "127.0.0.1:1")
     with pytest.raises(KvldpError, match="cannot be folded offline"):
         fold_recording(c, tmp_path / "recording")
+
+
+def test_reports_after_the_last_round_are_stale_and_leave_the_state_alone() -> None:
+    c = privkvm_collection()
+    state = AggregatorState(c)
+    assert state.rounds is not None
+    for t in range(3):
+        state.rounds.close(np.ones((3, 3, 3), dtype=np.int64), t)
+    wire = WireFormat(c)
+    late = wire.encode_report(
+        {"r": 2, "md": means_digest(2, state.rounds.published[2]), "j": 0, "s": 1}, ts_ms=9
+    )
+    work = plan(state, wire, 0, [Rec(0, 9, b"a", late), Rec(1, 9, b"b", b"\x00garbage")], b"key")
+    assert work is not None and [r.reason for r in work.rejected] == ["stale_round", "undecodable"]
+    work.apply(state)
+    assert state.partitions[0].next_offset == 2 and state.reports_total == 0 and state.rounds.complete
