@@ -4,6 +4,8 @@ what this module builds, and runs every PromQL expression in it against a real
 Prometheus scraping real aggregators).
 
 Template variables: ``collection`` (multi-value, regex), ``window`` and ``estimator``.
+The PrivKVM panels (round, reports per round, means published per round) show data for
+interactive collections only; the other panels for every collection.
 """
 
 from __future__ import annotations
@@ -291,10 +293,67 @@ def build() -> dict[str, Any]:
                 ),
             ],
             "Epsilon each device has spent on the collection, as the server counts it: per-report ε "
-            "x reports (memoized collections: x distinct reports). Collections with a [privacy] table. "
-            "The median is interpolated inside buckets of whole multiples of ε; the max is the upper "
-            "bound of the highest occupied bucket.",
+            "x reports (memoized collections: x distinct reports; PrivKVM: the costs of the rounds it "
+            "reported in). Collections with a [privacy] table, and interactive ones. The buckets are whole "
+            "multiples of ε (PrivKVM: the cumulative costs of rounds 1, 2, ..., c); the median is "
+            "interpolated inside them and the max is the upper bound of the highest occupied one.",
             "short",
+        ),
+        _panel(
+            16,
+            "PrivKVM round (open round; once complete, the rounds run)",
+            "stat",
+            (0, 58, 6, 9),
+            [
+                _target(f"kvldp_round{{{SEL}}}", "{{collection}} round", "A", instant=True),
+                _target(
+                    f"kvldp_rounds_complete{{{SEL}}}", "{{collection}} complete (1 = yes)", "B", instant=True
+                ),
+            ],
+            "Interactive collections: the round the aggregator has open (1-based) and whether the last "
+            "round closed. A round closes once it holds round_min_reports reports and round_period "
+            "has passed; the means it yields are published on kvldp.<name>.control.",
+            "short",
+            {"reduceOptions": {"calcs": ["lastNotNull"]}, "textMode": "value_and_name"},
+        ),
+        _panel(
+            17,
+            "PrivKVM reports per round",
+            "bargauge",
+            (6, 58, 18, 9),
+            [_target(f"kvldp_round_reports{{{SEL}}}", "{{collection}} round {{round}}", "A", instant=True)],
+            "Reports folded in each round so far (kvldp_round_reports); each device reports at most "
+            "once per round.",
+            "short",
+            {
+                "orientation": "horizontal",
+                "displayMode": "gradient",
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+            },
+        ),
+        _panel(
+            18,
+            "PrivKVM means published per round",
+            "table",
+            (0, 67, 24, 10),
+            [
+                _target(
+                    f'label_join(kvldp_round_mean{{{SEL}}}, "series", " ", "collection", "key")',
+                    "",
+                    "A",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            "Rows: collection and key; columns: rounds. The mean m(r) published when round r closed, "
+            "in the collection's units (kvldp_round_mean): non-holders perturb it in the next round, "
+            "so the means converge round by round.",
+            transformations=[
+                {
+                    "id": "groupingToMatrix",
+                    "options": {"rowField": "series", "columnField": "round", "valueField": "Value"},
+                }
+            ],
         ),
     ]
     return {

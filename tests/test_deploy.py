@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from aggregator import exporter
 from common.collection import load_collection
 from kvldp import dashboard
 
@@ -156,8 +157,29 @@ def test_committed_dashboard_is_the_generated_one() -> None:
         "resets",
         "checkpoints",
         "privacy budget",
+        "privacy spent per device",
+        "privkvm round",
+        "reports per round",
+        "means published per round",
     ):
         assert needed in titles, needed
+    ids = [p["id"] for p in board["panels"]]
+    assert len(ids) == len(set(ids)), ids
+
+
+def test_every_panel_queries_a_metric_of_the_exporter_contract() -> None:
+    """Each kvldp_* series a panel or variable reads is one the exporter documents (its
+    module docstring is the metrics contract; histograms by their _bucket/_sum/_count)."""
+    contract = set(re.findall(r"``(kvldp_\w+)", exporter.__doc__ or ""))
+    board = dashboard.build()
+    queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
+    queries += [v["definition"] for v in board["templating"]["list"]]
+    used = {name for expr in queries for name in re.findall(r"\bkvldp_\w+", expr)}
+    assert {"kvldp_round", "kvldp_rounds_complete", "kvldp_round_reports", "kvldp_round_mean"} <= used
+    for name in used:
+        base = re.sub(r"_(bucket|sum|count)$", "", name)
+        # conditional metrics document their standard errors as "_stderr companions"
+        assert {name, base, base.removesuffix("_stderr")} & contract, name
 
 
 def test_dockerfile_is_slim_multistage_and_unprivileged() -> None:
