@@ -234,6 +234,8 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
 
         collections = f"{plain.name}|{secured.name}"
         for expr in dashboard_expressions(collections):
+            if "kvldp_round" in expr:  # PrivKVM's rounds: checked on a privkvm aggregator in test_demo_rounds
+                continue
             series = await asyncio.to_thread(promql, port, expr)
             assert finite(series), f"no finite series for {expr}: {series}"
         trickle.cancel()
