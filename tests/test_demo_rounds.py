@@ -25,7 +25,7 @@ from producer import simulate
 from producer.collector import Collector
 from producer.round_fleet import RoundFleet
 from tests.pipeline_support import start, wait_for
-from tests.test_prometheus import finite, promql
+from tests.test_prometheus import finite, promql, start_prometheus
 
 pytestmark = pytest.mark.asyncio
 
@@ -136,17 +136,7 @@ async def test_round_panels_return_data_from_a_real_prometheus(
                 }
             )
         )
-        prom = subprocess.Popen(
-            [
-                binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        prom = start_prometheus(binary, config, tmp_path, port)
 
         def scraped() -> bool:
             try:

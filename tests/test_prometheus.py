@@ -37,6 +37,21 @@ from tests.pipeline_support import unique_collection, wait_for
 pytestmark = pytest.mark.asyncio
 
 
+def start_prometheus(binary: str, config: Path, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
+    """A real Prometheus on ``config``, its database under ``tmp_path``, on 127.0.0.1:``port``."""
+    return subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--log.level=warn",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
 @pytest.fixture(scope="module")
 def prometheus_binary() -> str:
     path = shutil.which("prometheus")
@@ -199,17 +214,7 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
                 }
             )
         )
-        prom = subprocess.Popen(
-            [
-                prometheus_binary,
-                f"--config.file={config}",
-                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-                "--log.level=warn",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        prom = start_prometheus(prometheus_binary, config, tmp_path, port)
 
         def ready() -> bool:
             try:
