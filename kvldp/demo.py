@@ -157,6 +157,16 @@ async def start_aggregator(
     return aggregator, agg_stop, agg_task
 
 
+async def stop_aggregator(
+    agg_stop: asyncio.Event, agg_task: asyncio.Task[None], failure: BaseException | None
+) -> None:
+    """Stop the aggregator (it leaves its final state), then raise what stopped the demo."""
+    agg_stop.set()
+    await agg_task
+    if failure is not None:
+        raise failure
+
+
 async def watch(
     stop: asyncio.Event,
     publish: asyncio.Task[Any],
@@ -250,10 +260,7 @@ def run_demo(args: argparse.Namespace) -> int:
                     table,
                     live,
                 )
-            agg_stop.set()
-            await agg_task
-            if failure is not None:
-                raise failure
+            await stop_aggregator(agg_stop, agg_task, failure)
 
         run_async(main, broker.bootstrap_servers)
     return 0
@@ -415,10 +422,7 @@ def run_rounds_demo(collection: Collection, args: argparse.Namespace) -> int:
                     return state.reports_total + sum(state.rejected_totals().values())
 
                 failure = await watch(stop, publish, aggregator, agg_task, sdk, accounted, table, live)
-            agg_stop.set()
-            await agg_task
-            if failure is not None:
-                raise failure
+            await stop_aggregator(agg_stop, agg_task, failure)
 
         run_async(main, broker.bootstrap_servers)
     return 0
