@@ -17,13 +17,14 @@ from aggregator.service import Aggregator
 from aggregator.state import CheckpointStore
 from common.collection import Collection, parse_collection
 from common.control import Control, control_topic
-from common.mechanisms.privkvm import means_digest
+from common.mechanisms.privkvm import PrivKVM, means_digest
 from common.wire import WireFormat
 from kvldp.broker import EmbeddedBroker
 from kvldp.reliability.processes import AggregatorProcess, scrape
 from producer import simulate
 from producer.collector import Collector
 from producer.control import ControlFollower
+from producer.device_state import DeviceState, ReportStatus
 from producer.round_fleet import RoundFleet
 from tests.pipeline_support import collection_toml, start, unique_collection, wait_for
 from tests.support import multi_key_population
@@ -227,3 +228,28 @@ async def test_devices_ignore_a_corrupt_control_record_and_wait_for_a_valid_one(
     finally:
         await follower.stop()
         await producer.stop()
+
+
+async def test_a_device_reports_once_per_round_through_the_sdk(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    c = rounds_collection(1000)  # round 1 stays open
+    mechanism = c.mechanism
+    assert isinstance(mechanism, PrivKVM)
+    aggregator = Aggregator(
+        c, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
+    )
+    stop, task = await start(aggregator)
+    try:
+        async with Collector(c, broker.bootstrap_servers, state_path=tmp_path / "device") as sdk:
+            assert await sdk.report({"k1": 5.0}) is ReportStatus.SENT
+            assert await sdk.report({"k1": 6.0}) is ReportStatus.SKIPPED_ROUND
+            assert sdk.privacy_spent() == pytest.approx(mechanism.round_epsilon(0))
+        assert DeviceState.load(tmp_path / "device", c).rounds == [0]
+        rounds = aggregator.state.rounds
+        assert rounds is not None
+        await wait_for(lambda: rounds.open_reports == 1, 30, "the report to be folded")
+        assert sum(aggregator.state.rejected_totals().values()) == 0
+    finally:
+        stop.set()
+        await task
