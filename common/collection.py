@@ -23,6 +23,8 @@ estimators = ["unbiased", "em"]
 windows = ["5m", "1h", "all"]
 conditions = []              # joint-state mechanisms: "k | j=1, l=0" strings, or "all_pairs"
 partitions = 4
+replication_factor = 1       # copies of every topic kvldp creates (3 on a production cluster)
+min_insync_replicas = 1      # replicas that must hold a write before acks=all succeeds (2 with 3 copies)
 max_message_bytes = 65536
 max_report_age_s = 604800    # device timestamps older than this (vs the record's) are "stale"
 max_clock_skew_s = 300       # ... and further ahead than this are "future"
@@ -92,6 +94,8 @@ _AGGREGATE = {
     "windows",
     "conditions",
     "partitions",
+    "replication_factor",
+    "min_insync_replicas",
     "max_message_bytes",
     "max_report_age_s",
     "max_clock_skew_s",
@@ -131,6 +135,8 @@ class AggregateConfig:
     windows: tuple[Window, ...] = (Window("all", None),)
     conditions: tuple[str, ...] = ()
     partitions: int = 4
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     max_report_age_s: float = 7 * 86400.0
     max_clock_skew_s: float = 300.0
@@ -371,6 +377,7 @@ def _parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     partitions = table.get("partitions", defaults.partitions)
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 1024:
         raise InvalidCollection(f"aggregate.partitions: expected an integer in [1, 1024], got {partitions!r}")
+    replication = _replication(table)
     cap = table.get("max_message_bytes", defaults.max_message_bytes)
     if isinstance(cap, bool) or not isinstance(cap, int) or not 1024 <= cap <= KAFKA_MESSAGE_LIMIT:
         raise InvalidCollection(
@@ -404,8 +411,27 @@ def _parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
         windows=windows,
         conditions=conditions,
         partitions=partitions,
+        replication_factor=replication[0],
+        min_insync_replicas=replication[1],
         max_message_bytes=cap,
     )
+
+
+def _replication(table: Mapping[str, Any]) -> tuple[int, int]:
+    """``(replication_factor, min_insync_replicas)``: copies of each topic kvldp creates,
+    and how many must hold a write before an ``acks=all`` send succeeds."""
+    values = []
+    for key in ("replication_factor", "min_insync_replicas"):
+        value = table.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
+            raise InvalidCollection(f"aggregate.{key}: expected an integer in [1, 32], got {value!r}")
+        values.append(value)
+    if values[1] > values[0]:
+        raise InvalidCollection(
+            f"aggregate.min_insync_replicas: {values[1]} is more than replication_factor={values[0]}: "
+            "no write could ever succeed"
+        )
+    return values[0], values[1]
 
 
 def _parse_privacy(table: Any, mechanism: Mechanism) -> PrivacyConfig:
