@@ -23,6 +23,8 @@ from aggregator.rounds import RoundState
 from common.collection import Collection
 from common.control import Control, InvalidControl, control_topic, decode_control
 from common.errors import KvldpError
+from common.kafka_config import KafkaConfig, as_kafka_config
+from common.kafka_start import start_or_close
 
 #: seconds to wait for the control topic's last record at start
 READ_TIMEOUT_S = 10.0
@@ -35,16 +37,14 @@ class ControlAhead(KvldpError):
 class ControlPublisher:
     """Publishes the control record of one interactive collection."""
 
-    def __init__(self, collection: Collection, bootstrap_servers: str) -> None:
+    def __init__(self, collection: Collection, kafka: KafkaConfig | str) -> None:
         self.collection = collection
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = as_kafka_config(kafka)
         self.topic = control_topic(collection)
-        self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers, client_id="kvldp-control", acks="all"
-        )
+        self._producer = AIOKafkaProducer(**self.kafka.client_options("kvldp-control"), acks="all")
 
     async def start(self) -> None:
-        await self._producer.start()
+        await start_or_close(self._producer, self.kafka)
 
     async def stop(self) -> None:
         await self._producer.stop()
@@ -57,9 +57,11 @@ class ControlPublisher:
 
     async def latest(self) -> Control | None:
         """The newest valid record of this collection on the topic, if any."""
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.bootstrap_servers, enable_auto_commit=False)
+        consumer = AIOKafkaConsumer(
+            **self.kafka.client_options("kvldp-control-reader"), enable_auto_commit=False
+        )
         tp = TopicPartition(self.topic, 0)
-        await consumer.start()
+        await start_or_close(consumer, self.kafka)
         try:
             consumer.assign([tp])
             await consumer.seek_to_end(tp)

@@ -26,6 +26,7 @@ from aggregator.topics import ensure_topics
 from common.collection import Collection
 from common.control import is_interactive
 from common.errors import KvldpError
+from common.kafka_config import KafkaConfig, as_kafka_config
 
 
 def _stderr(line: str) -> None:
@@ -38,7 +39,7 @@ class MergedExporter:
     def __init__(
         self,
         collection: Collection,
-        bootstrap_servers: str,
+        kafka: KafkaConfig | str,
         metrics_host: str = "127.0.0.1",
         metrics_port: int = 9108,
         refit_interval: float | None = None,
@@ -51,7 +52,7 @@ class MergedExporter:
                 "decides its rounds, so it runs with --role all"
             )
         self.collection = collection
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = as_kafka_config(kafka)
         self.metrics_host = metrics_host
         self.metrics_port = metrics_port
         self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
@@ -59,13 +60,13 @@ class MergedExporter:
         self.security = security
         self.state = AggregatorState(collection)
         self.exporter = Exporter(collection, lambda: self.state)
-        self.follower = StateFollower(collection, bootstrap_servers)
+        self.follower = StateFollower(collection, self.kafka)
         self.bound_port: int | None = None
         self._refused: set[tuple[int, tuple[int, int]]] = set()
 
     async def run(self, stop: asyncio.Event, ready: Callable[[MergedExporter], None] | None = None) -> None:
         """Run until ``stop`` is set."""
-        await ensure_topics(self.bootstrap_servers, self.collection, state=True)
+        await ensure_topics(self.kafka, self.collection, state=True, log=self.log)
         self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
         follower = self.follower
         try:

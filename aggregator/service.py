@@ -46,6 +46,8 @@ from aggregator.topics import ensure_topics
 from common.collection import Collection
 from common.control import is_interactive
 from common.errors import KvldpError
+from common.kafka_config import KafkaConfig, as_kafka_config
+from common.kafka_start import start_or_close
 from common.wire import WireFormat
 
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
@@ -86,13 +88,19 @@ def ledger_key(collection: Collection, state_dir: str | Path | None, role: str =
     return path.read_bytes()
 
 
+def dlq_producer(kafka: KafkaConfig) -> AIOKafkaProducer:
+    """The dead-letter writer. A dead letter counts as written once every in-sync replica
+    holds it (``acks=all``): only then does the partition move past the malformed message."""
+    return AIOKafkaProducer(**kafka.client_options("kvldp-dlq"), acks="all", linger_ms=5)
+
+
 class Aggregator:
     """Consumes one collection's reports topic (all partitions, or a worker's share)."""
 
     def __init__(
         self,
         collection: Collection,
-        bootstrap_servers: str,
+        kafka: KafkaConfig | str,
         metrics_host: str = "127.0.0.1",
         metrics_port: int = 9108,
         state_dir: str | Path | None = None,
@@ -110,7 +118,8 @@ class Aggregator:
                 "decides its rounds, so it runs with --role all"
             )
         self.collection = collection
-        self.bootstrap_servers = bootstrap_servers
+        #: where and how to connect; every client of this aggregator uses these settings
+        self.kafka = as_kafka_config(kafka)
         self.metrics_host = metrics_host
         self.metrics_port = metrics_port
         self.role = role
@@ -135,7 +144,7 @@ class Aggregator:
         self._save_lock = asyncio.Lock()
         self._fatal: Exception | None = None
         self._partition_warnings: set[int] = set()
-        self.control = ControlPublisher(collection, bootstrap_servers) if is_interactive(collection) else None
+        self.control = ControlPublisher(collection, self.kafka) if is_interactive(collection) else None
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
@@ -147,15 +156,12 @@ class Aggregator:
                 self.log(f"resumed from {self.store.path}: {self.state.reports_total} reports folded")
         elif self.role == "all":
             self.log("no --state-dir: state is kept in memory only and is lost when the aggregator stops")
-        await ensure_topics(self.bootstrap_servers, self.collection, state=self.role == "worker")
+        await ensure_topics(self.kafka, self.collection, state=self.role == "worker", log=self.log)
         self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
-        self._dlq = AIOKafkaProducer(
-            bootstrap_servers=self.bootstrap_servers, client_id="kvldp-dlq", linger_ms=5
-        )
+        self._dlq = dlq_producer(self.kafka)
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers,
+            **self.kafka.client_options(f"kvldp-{self.role}"),
             group_id=self.collection.consumer_group,
-            client_id=f"kvldp-{self.role}",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
@@ -164,11 +170,11 @@ class Aggregator:
             metadata_max_age_ms=5_000,  # notice a vanished or recreated topic within seconds
         )
         if self.role == "worker":
-            self.snapshots = StateTopic(self.collection, self.bootstrap_servers)
-            self.follower = StateFollower(self.collection, self.bootstrap_servers)
+            self.snapshots = StateTopic(self.collection, self.kafka)
+            self.follower = StateFollower(self.collection, self.kafka)
         tasks: list[asyncio.Task[None]] = []
         try:
-            await self._dlq.start()
+            await start_or_close(self._dlq, self.kafka)
             if self.control is not None and self.state.rounds is not None:
                 await self.control.start()
                 await self.control.announce(self.state.rounds)
@@ -177,7 +183,7 @@ class Aggregator:
                 await self.snapshots.start()
                 await self.follower.start()
                 tasks.append(asyncio.create_task(self.follower.follow(), name="follow"))
-            await self._consumer.start()
+            await start_or_close(self._consumer, self.kafka)
             self._consumer.subscribe([self.collection.reports_topic], listener=_Rebalance(self))
             tasks += [
                 asyncio.create_task(self._consume(), name="consume"),
@@ -294,7 +300,7 @@ class Aggregator:
         state.resets += 1
         self._verify.discard(tp.partition)
         self._dirty.add(tp.partition)
-        await ensure_topics(self.bootstrap_servers, self.collection, state=self.role == "worker")
+        await ensure_topics(self.kafka, self.collection, state=self.role == "worker")
         if self._consumer is not None and tp in self._consumer.assignment():
             self._consumer.seek(tp, 0)
 
@@ -309,9 +315,7 @@ class Aggregator:
             return
         partitions = consumer.partitions_for_topic(self.collection.reports_topic)
         if not partitions:
-            created = await ensure_topics(
-                self.bootstrap_servers, self.collection, state=self.role == "worker"
-            )
+            created = await ensure_topics(self.kafka, self.collection, state=self.role == "worker")
             if created:
                 self.log(
                     f"topics {', '.join(created)} were missing (broker restarted or topics deleted): created them"

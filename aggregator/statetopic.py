@@ -30,6 +30,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from aggregator.state import AggregatorState, CheckpointMismatch, PartitionState
 from common.collection import Collection
+from common.kafka_config import KafkaConfig, as_kafka_config
+from common.kafka_start import start_or_close
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -94,25 +96,27 @@ def _parse(record: object) -> tuple[int, Entry] | None:
 class StateTopic:
     """Publishes and reads partition snapshots of one collection."""
 
-    def __init__(self, collection: Collection, bootstrap_servers: str) -> None:
+    def __init__(self, collection: Collection, kafka: KafkaConfig | str) -> None:
         self.collection = collection
         self.topic = collection.state_topic
-        self.bootstrap_servers = bootstrap_servers
+        self.kafka = as_kafka_config(kafka)
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers,
-            client_id="kvldp-state",
+            **self.kafka.client_options("kvldp-state"),
+            acks="all",
             max_request_size=MAX_SNAPSHOT_BYTES,
             linger_ms=0,
         )
 
     async def start(self) -> None:
-        await self._producer.start()
+        await start_or_close(self._producer, self.kafka)
 
     async def stop(self) -> None:
         await self._producer.stop()
 
     async def publish(self, snapshots: dict[int, PartitionState]) -> None:
-        """Send every snapshot and wait until the broker acknowledged all of them. All are
+        """Send every snapshot and wait until every in-sync replica holds all of them
+        (``acks=all``): only then may the worker commit offsets or give a partition up, so
+        a leader failover cannot take back a snapshot the next owner relies on. All are
         encoded before the first await, so they show the state at the moment of the call."""
         records = [
             (
@@ -130,11 +134,10 @@ class StateTopic:
             await future
 
 
-def reader(bootstrap_servers: str) -> AIOKafkaConsumer:
+def reader(kafka: KafkaConfig) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
-        bootstrap_servers=bootstrap_servers,
+        **kafka.client_options("kvldp-state-reader"),
         enable_auto_commit=False,
-        client_id="kvldp-state-reader",
         fetch_max_bytes=MAX_SNAPSHOT_BYTES,
         max_partition_fetch_bytes=MAX_SNAPSHOT_BYTES,
     )
@@ -144,18 +147,19 @@ class StateFollower:
     """Reads the state topic from the beginning and then keeps following it (outside any
     consumer group), so a rebalance only reads what is new, not the topic's history."""
 
-    def __init__(self, collection: Collection, bootstrap_servers: str) -> None:
+    def __init__(self, collection: Collection, kafka: KafkaConfig | str) -> None:
         self.topic = collection.state_topic
         self.snapshots = Snapshots()
         #: input partitions whose snapshot changed since the owner last cleared this set
         self.changed: set[int] = set()
-        self._consumer = reader(bootstrap_servers)
+        self.kafka = as_kafka_config(kafka)
+        self._consumer = reader(self.kafka)
         self._tps: list[TopicPartition] = []
         self._fetched = asyncio.Event()
 
     async def start(self) -> None:
         """Start at the beginning of the (existing) state topic."""
-        await self._consumer.start()
+        await start_or_close(self._consumer, self.kafka)
         partitions = self._consumer.partitions_for_topic(self.topic)
         if not partitions:
             await self._consumer.topics()

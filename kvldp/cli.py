@@ -26,6 +26,7 @@ from common.params import parse_assignments
 from kvldp.bench import mechanisms as bench_mechanisms
 from kvldp.bench.table import format_table
 from kvldp.evaluate import evaluate
+from kvldp.kafka_cli import add_kafka_args
 from kvldp.reliability import NAMES as SCENARIO_NAMES
 from producer import datasets
 
@@ -284,14 +285,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_bench_kafka(args: argparse.Namespace) -> int:
     """ingest, produce and memory: kvldp against a baseline measured in the same run."""
     from kvldp.bench import kafka, memory
+    from kvldp.kafka_cli import external_kafka
 
     if args.bench == "ingest":
         rows = kafka.bench_ingest(
-            args.messages, args.batched_reports, args.per_message, args.repeats, args.seed
+            args.messages,
+            args.batched_reports,
+            args.per_message,
+            args.repeats,
+            args.seed,
+            external_kafka(args),
         )
         columns = kafka.INGEST_COLUMNS
     elif args.bench == "produce":
-        rows = kafka.bench_produce(args.messages, args.repeats, args.seed)
+        rows = kafka.bench_produce(args.messages, args.repeats, args.seed, external_kafka(args))
         columns = kafka.PRODUCE_COLUMNS
     else:
         rows = memory.bench_memory(args.reports, args.seed)
@@ -349,7 +356,8 @@ def _produce_periods(args: argparse.Namespace) -> int:
     import asyncio
 
     from common.collection import load_collection
-    from kvldp.pipeline import _until, bootstrap_servers, run_async
+    from kvldp.kafka_cli import kafka_settings
+    from kvldp.pipeline import _until, run_async
     from kvldp.progress import Progress
     from producer import simulate
     from producer.collector import Collector, check_batching
@@ -361,7 +369,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
         raise KvldpError("--simulate needs --users N")
     collection = load_collection(args.collection)
     check_batching(collection, args.batch_size)
-    bootstrap = bootstrap_servers(args)
+    kafka = kafka_settings(args)
     sim = FleetSimulation(
         collection,
         args.simulate,
@@ -373,7 +381,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
 
     async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray]:
-        async with Collector(collection, bootstrap, rng=rng, clock=sim.clock) as sdk:
+        async with Collector(collection, kafka_config=kafka, rng=rng, clock=sim.clock) as sdk:
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
 
                 def said(report: PeriodReport) -> None:  # below the bar, which goes on drawing
@@ -383,7 +391,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
                 await _until(stop, work)
             return sdk.sent_reports, sim.spent(sdk)
 
-    sent, spent = run_async(publish, bootstrap)
+    sent, spent = run_async(publish, kafka)
     if args.truth:
         Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
     print(
@@ -410,13 +418,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kvldp.pipeline import replay_file
 
     return replay_file(args)
-
-
-def _bootstrap_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--bootstrap-servers",
-        help="Kafka bootstrap servers host:port[,host:port] (default: $KVLDP_BOOTSTRAP_SERVERS)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -523,12 +524,14 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--repeats", type=_positive_int, default=3)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
+    add_kafka_args(b)  # a cluster named here replaces the embedded broker
     b.set_defaults(func=cmd_bench_kafka)
     b = bsub.add_parser("produce", help="simulated devices vs a bare producer sending the same bytes")
     b.add_argument("--messages", type=_positive_int, default=200_000)
     b.add_argument("--repeats", type=_positive_int, default=3)
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
+    add_kafka_args(b)
     b.set_defaults(func=cmd_bench_kafka)
     b = bsub.add_parser("memory", help="aggregator resident memory after 1e5 and 1e7 reports")
     b.add_argument(
@@ -600,6 +603,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--metrics-port", type=int, default=9108)
     p.add_argument("--seed", type=int, default=0)
+    add_kafka_args(p)  # a cluster named here replaces the embedded broker
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (Tansu) in the foreground")
@@ -638,12 +642,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=_fraction,
         help="with --periods: fraction of devices that redraw their pairs each period (default 0.1)",
     )
-    _bootstrap_arg(p)
+    add_kafka_args(p)
     p.set_defaults(func=cmd_produce)
 
     p = sub.add_parser("aggregate", help="consume a collection, export its estimates to Prometheus")
     p.add_argument("--collection", required=True, help="collection file (TOML)")
-    _bootstrap_arg(p)
+    add_kafka_args(p)
     p.add_argument("--metrics-host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
     p.add_argument("--metrics-port", type=int, default=9108, help="0 = any free port")
     p.add_argument("--metrics-tls-cert", metavar="PEM", help="serve /metrics over TLS with this certificate")
@@ -677,7 +681,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--idle-timeout", type=_positive_float, default=5.0, help="stop after this many idle seconds"
     )
-    _bootstrap_arg(p)
+    add_kafka_args(p)
     p.set_defaults(func=cmd_record)
 
     p = sub.add_parser("replay", help="re-publish a recording (same keys, values and timestamps)")
@@ -689,7 +693,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pace by the recorded timestamps, x times faster (0: flat out)",
     )
     p.add_argument("--topic", help="target topic (default: the recorded one)")
-    _bootstrap_arg(p)
+    add_kafka_args(p)
     p.set_defaults(func=cmd_replay)
     return parser
 

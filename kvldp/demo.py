@@ -11,6 +11,10 @@ estimate +- standard error next to the true value, and the median and maximum ep
 spent per device, as the devices count it and as the server does, until every report
 is folded or Ctrl-C. The broker is stopped on the way out, whatever happens.
 
+Given a cluster (``--kafka-config``, ``--bootstrap-servers`` or their environment
+variables), the demo runs there instead of on an embedded broker, under a collection
+name of its own (``demo-<6 hex>``) so that its topics start empty.
+
 An interactive collection (``--collection`` with mechanism ``privkvm``) runs in rounds
 instead: the aggregator closes a round by the collection's policy and publishes the next
 means on the control topic, and the ``--users`` devices (fixed pairs drawn from
@@ -31,9 +35,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import dataclasses
+import secrets
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -43,7 +50,9 @@ from common.collection import Collection
 from common.control import control_topic, interactive_mechanism, is_interactive
 from common.errors import KvldpError
 from common.estimate import Estimate
+from common.kafka_config import KafkaConfig
 from kvldp.broker import EmbeddedBroker, port_in_use
+from kvldp.kafka_cli import external_kafka
 from kvldp.pipeline import collection_or_demo, run_async
 from producer import simulate
 from producer.collector import Collector
@@ -142,11 +151,33 @@ def render(
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def demo_broker(external: KafkaConfig | None) -> Iterator[KafkaConfig]:
+    """The cluster the demo runs on: the one the command line names, else an embedded
+    broker for the demo's lifetime."""
+    if external is not None:
+        print(f"broker: {external.describe()} (external)")
+        yield external
+        return
+    with EmbeddedBroker(0) as broker:
+        print(f"broker: {broker.bootstrap_servers} (embedded, in memory)")
+        yield KafkaConfig.plaintext(broker.bootstrap_servers)
+
+
+def demo_collection(args: argparse.Namespace, external: KafkaConfig | None) -> Collection:
+    """The demo's collection; on an external cluster under a name of its own, so that its
+    topics start empty and no earlier run's reports are folded in."""
+    collection = collection_or_demo(args.collection, DEMO_COLLECTION)
+    if external is None:
+        return collection
+    return dataclasses.replace(collection, name=f"{collection.name}-{secrets.token_hex(3)}")
+
+
 async def start_aggregator(
-    collection: Collection, bootstrap_servers: str, metrics_port: int
+    collection: Collection, kafka: KafkaConfig, metrics_port: int
 ) -> tuple[Aggregator, asyncio.Event, asyncio.Task[None]]:
     """The aggregator running (its metrics address printed), its stop event and its task."""
-    aggregator = Aggregator(collection, bootstrap_servers, metrics_port=metrics_port, log=lambda _: None)
+    aggregator = Aggregator(collection, kafka, metrics_port=metrics_port, log=lambda _: None)
     agg_stop = asyncio.Event()
     agg_task = asyncio.create_task(aggregator.run(agg_stop))
     while aggregator.bound_port is None and not agg_task.done():
@@ -209,24 +240,22 @@ async def watch(
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    collection = collection_or_demo(args.collection, DEMO_COLLECTION)
+    external = external_kafka(args)
+    collection = demo_collection(args, external)
     if args.metrics_port and port_in_use(args.metrics_port):
         raise KvldpError(f"metrics port {args.metrics_port} on 127.0.0.1 is in use (pass --metrics-port)")
     if is_interactive(collection):
-        return run_rounds_demo(collection, args)
+        return run_rounds_demo(collection, args, external)
     fleet = FleetSimulation(collection, args.dataset, args.users, args.periods, args.churn, args.seed)
     truth = Truth(collection)
     target = args.users * args.periods
     # devices of a memoized or period-limited collection each send their own message
     batch_size = 1 if tracks_privacy(collection) and args.batch_size > 1 else args.batch_size
     live = sys.stdout.isatty()
-    with EmbeddedBroker(0) as broker:
-        print(f"broker: {broker.bootstrap_servers} (embedded, in memory)")
+    with demo_broker(external) as kafka:
 
         async def main(stop: asyncio.Event) -> None:
-            aggregator, agg_stop, agg_task = await start_aggregator(
-                collection, broker.bootstrap_servers, args.metrics_port
-            )
+            aggregator, agg_stop, agg_task = await start_aggregator(collection, kafka, args.metrics_port)
             memo = "memoized" if collection.privacy.memoize else "not memoized"
             print(
                 f"{collection.name}: {collection.mechanism_name}, epsilon={collection.epsilon:g} per report "
@@ -234,7 +263,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 f"(churn {args.churn:g}) at {args.rate:g} reports/s (Ctrl-C stops)\n"
             )
             async with Collector(
-                collection, broker.bootstrap_servers, rng=np.random.default_rng(args.seed), clock=fleet.clock
+                collection, kafka_config=kafka, rng=np.random.default_rng(args.seed), clock=fleet.clock
             ) as sdk:
                 truth.period(fleet)
                 publish = asyncio.create_task(
@@ -262,7 +291,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 )
             await stop_aggregator(agg_stop, agg_task, failure)
 
-        run_async(main, broker.bootstrap_servers)
+        run_async(main, kafka)
     return 0
 
 
@@ -379,7 +408,7 @@ def render_rounds(
     return "\n".join(lines)
 
 
-def run_rounds_demo(collection: Collection, args: argparse.Namespace) -> int:
+def run_rounds_demo(collection: Collection, args: argparse.Namespace, external: KafkaConfig | None) -> int:
     """The demo of an interactive collection (see the module docstring)."""
     check_round_fleet(collection, args.users)
     mechanism = interactive_mechanism(collection)
@@ -393,13 +422,10 @@ def run_rounds_demo(collection: Collection, args: argparse.Namespace) -> int:
     target = users.n_users * mechanism.rounds
     costs = ", ".join(f"{mechanism.round_epsilon(r):g}" for r in range(mechanism.rounds))
     live = sys.stdout.isatty()
-    with EmbeddedBroker(0) as broker:
-        print(f"broker: {broker.bootstrap_servers} (embedded, in memory)")
+    with demo_broker(external) as kafka:
 
         async def main(stop: asyncio.Event) -> None:
-            aggregator, agg_stop, agg_task = await start_aggregator(
-                collection, broker.bootstrap_servers, args.metrics_port
-            )
+            aggregator, agg_stop, agg_task = await start_aggregator(collection, kafka, args.metrics_port)
             assert aggregator.state.rounds is not None
             started_ms = aggregator.state.rounds.opened_ms
             print(
@@ -407,9 +433,7 @@ def run_rounds_demo(collection: Collection, args: argparse.Namespace) -> int:
                 f"{mechanism.rounds} rounds (per round: {costs}), {args.users} simulated devices reporting "
                 f"once per round; control topic {control_topic(collection)} (Ctrl-C stops)\n"
             )
-            async with Collector(
-                collection, broker.bootstrap_servers, rng=np.random.default_rng(args.seed)
-            ) as sdk:
+            async with Collector(collection, kafka_config=kafka, rng=np.random.default_rng(args.seed)) as sdk:
                 publish = asyncio.create_task(fleet.run(sdk))
 
                 def table() -> str:
@@ -424,5 +448,5 @@ def run_rounds_demo(collection: Collection, args: argparse.Namespace) -> int:
                 failure = await watch(stop, publish, aggregator, agg_task, sdk, accounted, table, live)
             await stop_aggregator(agg_stop, agg_task, failure)
 
-        run_async(main, broker.bootstrap_servers)
+        run_async(main, kafka)
     return 0

@@ -1,8 +1,9 @@
 """The streaming commands: ``broker``, ``produce``, ``aggregate``, ``record``, ``replay``.
 
-Each resolves its Kafka address from ``--bootstrap-servers`` or
-``KVLDP_BOOTSTRAP_SERVERS`` and turns the failures a user can fix (no address,
-unreachable broker, port in use, bad files) into one line on stderr.
+Each takes its Kafka settings from :mod:`kvldp.kafka_cli` (``--kafka-config``,
+``--bootstrap-servers`` and their environment variables), checks its own input files
+before connecting, and turns the failures a user can fix (no address, unreachable
+broker, TLS or SASL refused, port in use, bad files) into one line on stderr.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import argparse
 import asyncio
 import errno
 import json
-import os
 import signal
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -29,8 +30,10 @@ from aggregator.service import Aggregator
 from common.collection import Collection, load_collection
 from common.control import control_topic, interactive_mechanism, is_interactive
 from common.errors import KvldpError
+from common.kafka_config import KafkaConfig
 from common.kvdata import KVData
 from kvldp.broker import EmbeddedBroker, port_in_use
+from kvldp.kafka_cli import kafka_settings
 from kvldp.progress import Progress
 from producer import simulate
 from producer.collector import Collector, check_batching
@@ -39,21 +42,10 @@ from producer.ratings import is_ratings_file, read_ratings
 from producer.recording import record, replay
 from producer.round_fleet import RoundFleet, RoundReport
 
-ENV_BOOTSTRAP = "KVLDP_BOOTSTRAP_SERVERS"
 T = TypeVar("T")
 
 
-def bootstrap_servers(args: argparse.Namespace) -> str:
-    value = getattr(args, "bootstrap_servers", None) or os.environ.get(ENV_BOOTSTRAP)
-    if not value:
-        raise KvldpError(
-            f"no Kafka address: pass --bootstrap-servers host:port or set {ENV_BOOTSTRAP} "
-            "(`kvldp broker` runs a local one)"
-        )
-    return str(value)
-
-
-def run_async(make: Callable[[asyncio.Event], Awaitable[T]], bootstrap: str | None = None) -> T:
+def run_async(make: Callable[[asyncio.Event], Awaitable[T]], kafka: KafkaConfig | str | None = None) -> T:
     """Run a coroutine with Ctrl-C/SIGTERM setting its stop event; map Kafka and socket
     failures to one-line errors."""
 
@@ -68,12 +60,15 @@ def run_async(make: Callable[[asyncio.Event], Awaitable[T]], bootstrap: str | No
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(sig)
 
+    where = kafka.describe() if isinstance(kafka, KafkaConfig) else kafka
     try:
         return asyncio.run(main())
     except KafkaConnectionError as exc:
-        raise KvldpError(f"cannot reach Kafka at {bootstrap}: {exc}") from None
+        raise KvldpError(f"cannot reach Kafka at {where}: {exc}") from None
     except KafkaError as exc:
-        raise KvldpError(f"Kafka error at {bootstrap}: {exc}") from None
+        raise KvldpError(f"Kafka error at {where}: {exc}") from None
+    except ssl.SSLError as exc:
+        raise KvldpError(f"TLS error with Kafka at {where}: {exc.reason or exc}") from None
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise KvldpError(f"address already in use: {exc.strerror}") from None
@@ -108,7 +103,7 @@ def run_broker(port: int) -> int:
 def produce(args: argparse.Namespace) -> int:
     collection = load_collection(args.collection)
     check_batching(collection, args.batch_size)
-    bootstrap = bootstrap_servers(args)
+    kafka = kafka_settings(args)
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
     if args.simulate:
         if not args.users:
@@ -124,10 +119,10 @@ def produce(args: argparse.Namespace) -> int:
                 raise KvldpError(
                     f"--rate: collection {collection.name} reports in rounds, paced by its round_period"
                 )
-            return _produce_rounds(collection, bootstrap, users, rng)
+            return _produce_rounds(collection, kafka, users, rng)
 
         async def publish(stop: asyncio.Event) -> int:
-            async with Collector(collection, bootstrap, rng=rng) as sdk:
+            async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
                 with Progress(users.n_users, f"produce {collection.name}") as bar:
                     await _until(
                         stop,
@@ -141,24 +136,26 @@ def produce(args: argparse.Namespace) -> int:
                     )
                 return sdk.sent_reports
 
-        sent = run_async(publish, bootstrap)
+        sent = run_async(publish, kafka)
     else:
         if args.truth:
             raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
         source = Path(args.from_csv)
+        if not source.is_file():
+            raise KvldpError(f"CSV file {str(source)!r} does not exist")
 
         async def publish_csv(stop: asyncio.Event) -> int:
-            async with Collector(collection, bootstrap, rng=rng) as sdk:
+            async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
                 await _until(stop, _publish_csv(sdk, source, args.batch_size))
                 return sdk.sent_reports
 
-        sent = run_async(publish_csv, bootstrap)
+        sent = run_async(publish_csv, kafka)
     print(f"published {sent} reports to {collection.reports_topic}", file=sys.stderr)
     return 0
 
 
 def _produce_rounds(
-    collection: Collection, bootstrap: str, users: KVData, rng: np.random.Generator | None
+    collection: Collection, kafka: KafkaConfig, users: KVData, rng: np.random.Generator | None
 ) -> int:
     """A simulated fleet following an interactive collection's rounds to the end: a line
     per round, then the epsilon each device spent."""
@@ -173,7 +170,7 @@ def _produce_rounds(
     fleet = RoundFleet(users, ids)
 
     async def publish(stop: asyncio.Event) -> tuple[int, list[float]]:
-        async with Collector(collection, bootstrap, rng=rng) as sdk:
+        async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
             print(
                 f"following {control_topic(collection)} ({mechanism.rounds} rounds at most)", file=sys.stderr
             )
@@ -185,7 +182,7 @@ def _produce_rounds(
                 await _until(stop, fleet.run(sdk, on_round=said, on_progress=bar.advance))
             return sdk.sent_reports, [sdk.privacy_spent(device) for device in ids]
 
-    sent, spent = run_async(publish, bootstrap)
+    sent, spent = run_async(publish, kafka)
     print(
         f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
         f"median {float(np.median(spent)):g}, max {max(spent):g} (of {collection.epsilon:g})",
@@ -231,7 +228,7 @@ def aggregate(args: argparse.Namespace) -> int:
             raise KvldpError(f"recording {str(path)!r} does not exist")
         print(json.dumps(estimates_json(collection, fold_recording(collection, path)), allow_nan=False))
         return 0
-    bootstrap = bootstrap_servers(args)
+    kafka = kafka_settings(args)
     if args.metrics_port and port_in_use(args.metrics_port, args.metrics_host):
         raise KvldpError(f"metrics port {args.metrics_port} on {args.metrics_host} is already in use")
 
@@ -249,7 +246,7 @@ def aggregate(args: argparse.Namespace) -> int:
         if args.role == "exporter":
             merged = MergedExporter(
                 collection,
-                bootstrap,
+                kafka,
                 args.metrics_host,
                 args.metrics_port,
                 args.refit_interval,
@@ -259,7 +256,7 @@ def aggregate(args: argparse.Namespace) -> int:
             return
         agg = Aggregator(
             collection,
-            bootstrap,
+            kafka,
             args.metrics_host,
             args.metrics_port,
             args.state_dir,
@@ -269,7 +266,7 @@ def aggregate(args: argparse.Namespace) -> int:
         )
         await agg.run(stop, ready)
 
-    run_async(serve, bootstrap)
+    run_async(serve, kafka)
     return 0
 
 
@@ -289,15 +286,15 @@ def metrics_security(args: argparse.Namespace) -> HttpSecurity:
 # ---------------------------------------------------------------------- record / replay
 def record_topic(args: argparse.Namespace) -> int:
     collection = load_collection(args.collection)
-    bootstrap = bootstrap_servers(args)
+    kafka = kafka_settings(args)
 
     async def go(stop: asyncio.Event) -> int:
         try:
-            return await record(collection, bootstrap, Path(args.out), args.from_beginning, args.idle_timeout)
+            return await record(collection, kafka, Path(args.out), args.from_beginning, args.idle_timeout)
         except FileNotFoundError as exc:
             raise KvldpError(str(exc)) from None
 
-    count = run_async(go, bootstrap)
+    count = run_async(go, kafka)
     print(f"recorded {count} messages of {collection.reports_topic} to {args.out}", file=sys.stderr)
     return 0
 
@@ -306,8 +303,8 @@ def replay_file(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
         raise KvldpError(f"recording {str(path)!r} does not exist")
-    bootstrap = bootstrap_servers(args)
-    count = run_async(lambda stop: replay(path, bootstrap, args.speed, args.topic), bootstrap)
+    kafka = kafka_settings(args)
+    count = run_async(lambda stop: replay(path, kafka, args.speed, args.topic), kafka)
     print(f"replayed {count} messages from {path}", file=sys.stderr)
     return 0
 

@@ -1,6 +1,8 @@
 """The device SDK: perturb locally, encode, publish. Raw values never leave it.
 
-``Collector(collection, bootstrap_servers=...)`` maps key names to indices, normalises
+``Collector(collection, bootstrap_servers=...)`` — or, for a secured cluster,
+``Collector(collection, kafka_config="client.properties")`` (see
+:mod:`common.kafka_config`) — maps key names to indices, normalises
 raw values into [-1, 1] with the collection's ``value_range``, perturbs with the
 collection's mechanism (from :mod:`common`) using an RNG seeded from the operating
 system — unpredictable to the server — and publishes msgpack reports (see
@@ -8,6 +10,11 @@ system — unpredictable to the server — and publishes msgpack reports (see
 reports stay in one partition. Every report carries a random non-zero 64-bit report id
 (``rid``, from the OS entropy pool whatever ``rng`` is) so that the aggregator counts a
 report the producer had to resend only once.
+
+A send counts as done when the broker acknowledged it with the collector's ``acks``:
+``"all"`` (the default) waits until every in-sync replica holds the report, so a leader
+failover cannot lose it; ``1`` waits for the leader only (a failover right after the
+acknowledgement loses the report); ``0`` waits for nothing (fire-and-forget telemetry).
 
 A gateway (or a simulator) that speaks for many devices may pack up to ``batch_size``
 reports per Kafka message; each batch stays under the collection's message size cap.
@@ -49,6 +56,8 @@ from numpy.typing import NDArray
 from common.collection import Collection, InvalidCollection, load_collection
 from common.control import Control, interactive_mechanism, is_interactive
 from common.errors import KvldpError
+from common.kafka_config import KafkaConfig, resolve_kafka_config
+from common.kafka_start import close_quietly, start_or_close
 from common.kvdata import KVData
 from common.privacy import PrivacyBudgetExhausted
 from common.schema import ReportBatch, from_rows
@@ -69,6 +78,8 @@ MAX_IN_FLIGHT = 2000
 PERTURB_BLOCK = 4096
 #: seconds a device waits for the open round of an interactive collection
 CONTROL_TIMEOUT_S = 60.0
+#: the producer acknowledgements a collector accepts: none, the leader's, every in-sync replica's
+ACKS = (0, 1, "all")
 
 logger = logging.getLogger("kvldp.producer")
 
@@ -149,7 +160,7 @@ class Collector:
     def __init__(
         self,
         collection: Collection | str | Path,
-        bootstrap_servers: str,
+        bootstrap_servers: str | None = None,
         rng: np.random.Generator | None = None,
         device_id: str | None = None,
         client_id: str = "kvldp-producer",
@@ -157,8 +168,15 @@ class Collector:
         state_path: str | Path | None = None,
         clock: Callable[[], float] = time.time,
         control_timeout: float = CONTROL_TIMEOUT_S,
+        *,
+        kafka_config: KafkaConfig | str | Path | Mapping[str, object] | None = None,
+        acks: int | str = "all",
     ) -> None:
+        if acks not in ACKS:
+            raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
+        #: where and how to connect (``bootstrap_servers`` overrides the config's address)
+        self.kafka = resolve_kafka_config(bootstrap_servers, kafka_config)
         self.wire = WireFormat(self.collection)
         self.rng = rng if rng is not None else secure_rng()
         # never from ``rng``: two simulators seeded alike must not share report ids
@@ -178,10 +196,11 @@ class Collector:
         self.fleet = Fleet(self.collection)
         self._tracked = tracks_privacy(self.collection)
         self._warn_unsaved = self._tracked and state_path is None
-        self.bootstrap_servers = bootstrap_servers
+        self.bootstrap_servers = self.kafka.bootstrap_servers
+        self.acks = acks
         self._producer = producer or AIOKafkaProducer(
-            bootstrap_servers=bootstrap_servers,
-            client_id=client_id,
+            **self.kafka.client_options(client_id),
+            acks=acks,
             linger_ms=5,
             max_request_size=max(self.collection.aggregate.max_message_bytes * 2, 1 << 20),
             enable_idempotence=False,
@@ -191,18 +210,20 @@ class Collector:
         self.sent_messages = 0
         #: the open round of an interactive collection (None for the others)
         self.control = (
-            ControlFollower(self.collection, bootstrap_servers) if is_interactive(self.collection) else None
+            ControlFollower(self.collection, self.kafka) if is_interactive(self.collection) else None
         )
         self.control_timeout = control_timeout
 
     async def start(self) -> None:
-        try:
-            await self._producer.start()
-            if self.control is not None:
+        """Connect (a failed start closes every client it opened; TLS and SASL failures
+        raise :class:`common.kafka_start.KafkaStartError`, one line naming the setting)."""
+        await start_or_close(self._producer, self.kafka)
+        if self.control is not None:
+            try:
                 await self.control.start()
-        except BaseException:
-            await self._producer.stop()  # release the half-open client before reporting
-            raise
+            except BaseException:
+                await close_quietly(self._producer)
+                raise
 
     async def stop(self) -> None:
         try:

@@ -22,6 +22,8 @@ from aiokafka.errors import KafkaError
 from common.collection import Collection
 from common.control import Control, InvalidControl, control_topic, decode_control
 from common.errors import KvldpError
+from common.kafka_config import KafkaConfig, as_kafka_config
+from common.kafka_start import start_or_close
 
 logger = logging.getLogger("kvldp.producer")
 
@@ -33,14 +35,14 @@ class NoOpenRound(KvldpError):
 class ControlFollower:
     """The newest valid control record of one interactive collection."""
 
-    def __init__(self, collection: Collection, bootstrap_servers: str) -> None:
+    def __init__(self, collection: Collection, kafka: KafkaConfig | str) -> None:
         self.collection = collection
         self.topic = control_topic(collection)
         self.latest: Control | None = None
+        self.kafka = as_kafka_config(kafka)
         self._consumer = AIOKafkaConsumer(
-            bootstrap_servers=bootstrap_servers,
+            **self.kafka.client_options("kvldp-control-follower"),
             enable_auto_commit=False,
-            client_id="kvldp-control-follower",
             metadata_max_age_ms=2_000,
         )
         self._changed = asyncio.Condition()
@@ -50,11 +52,7 @@ class ControlFollower:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        try:
-            await self._consumer.start()
-        except BaseException:
-            await self._consumer.stop()
-            raise
+        await start_or_close(self._consumer, self.kafka)
         tp = TopicPartition(self.topic, 0)
         self._consumer.assign([tp])
         await self._consumer.seek_to_beginning(tp)

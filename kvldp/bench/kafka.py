@@ -1,6 +1,8 @@
 """``kvldp bench ingest`` and ``kvldp bench produce``: kvldp against bare aiokafka.
 
-Both run on an embedded broker and compare, in the same run, kvldp's work with the
+Both run on an embedded broker, or on the cluster ``--kafka-config`` /
+``--bootstrap-servers`` name (then both sides use its TLS and SASL settings, under
+topics of their own), and compare, in the same run, kvldp's work with the
 least a Kafka client can do with the same records:
 
 * ingest — a topic is filled once; then, alternately, a bare ``AIOKafkaConsumer``
@@ -10,7 +12,8 @@ least a Kafka client can do with the same records:
   decoding, validating, de-duplicating, budgeting and folding per message.
 * produce — simulated devices publish through :class:`~producer.collector.Collector`
   (perturb, encode, send), against a bare ``AIOKafkaProducer`` sending the same bytes,
-  encoded beforehand, with the same producer settings and the same in-flight window.
+  encoded beforehand, with the same producer settings (``acks=all``, the SDK's default)
+  and the same in-flight window.
 
 Every figure is the median of ``repeats`` alternating runs; the ratio is of medians.
 """
@@ -18,10 +21,11 @@ Every figure is the median of ``repeats`` alternating runs; the ratio is of medi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -30,6 +34,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aggregator.service import FETCH_BYTES, MAX_RECORDS, Aggregator
 from aggregator.topics import ensure_topics
 from common.collection import Collection, parse_collection
+from common.kafka_config import KafkaConfig
+from common.kafka_start import start_or_close
 from common.kvdata import KVData
 from common.wire import WireFormat
 from kvldp.broker import EmbeddedBroker
@@ -64,10 +70,20 @@ def bench_collection(tag: str, partitions: int = 4) -> Collection:
     )
 
 
-async def fill(collection: Collection, bootstrap: str, reports: int, per_message: int, seed: int) -> int:
+@contextlib.contextmanager
+def cluster(kafka: KafkaConfig | None) -> Iterator[KafkaConfig]:
+    """The cluster given, or an embedded broker for the benchmark's lifetime."""
+    if kafka is not None:
+        yield kafka
+        return
+    with EmbeddedBroker(0) as broker:
+        yield KafkaConfig.plaintext(broker.bootstrap_servers)
+
+
+async def fill(collection: Collection, kafka: KafkaConfig, reports: int, per_message: int, seed: int) -> int:
     """Publish ``reports`` simulated reports, ``per_message`` per message; returns messages."""
     users = simulate.simulate(collection, "gaussian", reports, seed)
-    async with Collector(collection, bootstrap, rng=np.random.default_rng(seed)) as sdk:
+    async with Collector(collection, kafka_config=kafka, rng=np.random.default_rng(seed)) as sdk:
         await sdk.publish_users(users, simulate.device_ids(reports), batch_size=per_message)
         return sdk.sent_messages
 
@@ -91,12 +107,14 @@ class Clock:
         return (done - self.base) / (time.perf_counter() - self.start)
 
 
-async def drain_bare(collection: Collection, bootstrap: str, messages: int) -> float:
+async def drain_bare(collection: Collection, kafka: KafkaConfig, messages: int) -> float:
     """Messages per second of a consumer that only counts what ``getmany`` returns."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, max_partition_fetch_bytes=FETCH_BYTES
+        **kafka.client_options("kvldp-bench-bare"),
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=FETCH_BYTES,
     )
-    await consumer.start()
+    await start_or_close(consumer, kafka)
     try:
         tps = [TopicPartition(collection.reports_topic, p) for p in range(collection.aggregate.partitions)]
         consumer.assign(tps)
@@ -116,9 +134,9 @@ async def drain_bare(collection: Collection, bootstrap: str, messages: int) -> f
         await consumer.stop()
 
 
-async def fold_kvldp(collection: Collection, bootstrap: str, reports: int) -> float:
+async def fold_kvldp(collection: Collection, kafka: KafkaConfig, reports: int) -> float:
     """Reports per second of a kvldp aggregator folding the topic from its start."""
-    aggregator = Aggregator(collection, bootstrap, metrics_port=0, log=lambda _: None)
+    aggregator = Aggregator(collection, kafka, metrics_port=0, log=lambda _: None)
     stop = asyncio.Event()
     task = asyncio.create_task(aggregator.run(stop))
     try:
@@ -149,16 +167,16 @@ async def _alternate(repeats: int, *jobs: Callable[[], Awaitable[float]]) -> lis
 
 
 async def _ingest(
-    broker: str, messages: int, batched_reports: int, per_message: int, repeats: int, seed: int
+    kafka: KafkaConfig, messages: int, batched_reports: int, per_message: int, repeats: int, seed: int
 ) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     single = bench_collection("ingest")
-    await ensure_topics(broker, single)
-    await fill(single, broker, messages, 1, seed)
+    await ensure_topics(kafka, single)
+    await fill(single, kafka, messages, 1, seed)
     bare, kvldp = await _alternate(
         repeats,
-        lambda: drain_bare(single, broker, messages),
-        lambda: fold_kvldp(single, broker, messages),
+        lambda: drain_bare(single, kafka, messages),
+        lambda: fold_kvldp(single, kafka, messages),
     )
     ratio = statistics.median(kvldp) / statistics.median(bare)
     rows.append(
@@ -176,12 +194,12 @@ async def _ingest(
         }
     )
     batched = bench_collection("ingest-batched")
-    await ensure_topics(broker, batched)
-    sent = await fill(batched, broker, batched_reports, per_message, seed)
+    await ensure_topics(kafka, batched)
+    sent = await fill(batched, kafka, batched_reports, per_message, seed)
     bare, kvldp = await _alternate(
         repeats,
-        lambda: drain_bare(batched, broker, sent),
-        lambda: fold_kvldp(batched, broker, batched_reports),
+        lambda: drain_bare(batched, kafka, sent),
+        lambda: fold_kvldp(batched, kafka, batched_reports),
     )
     rate = statistics.median(kvldp)
     rows.append(
@@ -207,22 +225,21 @@ def bench_ingest(
     per_message: int = 1000,
     repeats: int = 3,
     seed: int = 0,
+    kafka: KafkaConfig | None = None,
 ) -> list[dict[str, Any]]:
     """Rows for single-report and batched messages (see the module docstring)."""
-    with EmbeddedBroker(0) as broker:
-        return asyncio.run(
-            _ingest(broker.bootstrap_servers, messages, batched_reports, per_message, repeats, seed)
-        )
+    with cluster(kafka) as settings:
+        return asyncio.run(_ingest(settings, messages, batched_reports, per_message, repeats, seed))
 
 
 INGEST_COLUMNS = ["case", "messages", "bare_messages_per_s", "kvldp_reports_per_s", "ratio", "target", "met"]
 
 
-def _producer(collection: Collection, bootstrap: str) -> AIOKafkaProducer:
+def _producer(collection: Collection, kafka: KafkaConfig) -> AIOKafkaProducer:
     """The producer settings of :class:`~producer.collector.Collector`, for the baseline."""
     return AIOKafkaProducer(
-        bootstrap_servers=bootstrap,
-        client_id="kvldp-bench-bare",
+        **kafka.client_options("kvldp-bench-bare"),
+        acks="all",
         linger_ms=5,
         max_request_size=max(collection.aggregate.max_message_bytes * 2, 1 << 20),
         enable_idempotence=False,
@@ -230,10 +247,10 @@ def _producer(collection: Collection, bootstrap: str) -> AIOKafkaProducer:
 
 
 async def publish_kvldp(
-    collection: Collection, bootstrap: str, users: KVData, ids: list[str], seed: int
+    collection: Collection, kafka: KafkaConfig, users: KVData, ids: list[str], seed: int
 ) -> float:
     """Messages per second of simulated devices: perturb, encode, send, acknowledged."""
-    async with Collector(collection, bootstrap, rng=np.random.default_rng(seed)) as sdk:
+    async with Collector(collection, kafka_config=kafka, rng=np.random.default_rng(seed)) as sdk:
         start = time.perf_counter()
         await sdk.publish_users(users, ids)
         await sdk.flush()
@@ -241,11 +258,11 @@ async def publish_kvldp(
 
 
 async def publish_bare(
-    collection: Collection, bootstrap: str, values: list[bytes], keys: list[bytes]
+    collection: Collection, kafka: KafkaConfig, values: list[bytes], keys: list[bytes]
 ) -> float:
     """Messages per second of a bare producer sending pre-encoded bytes, same window."""
-    producer = _producer(collection, bootstrap)
-    await producer.start()
+    producer = _producer(collection, kafka)
+    await start_or_close(producer, kafka)
     try:
         now = int(time.time() * 1000)
         start = time.perf_counter()
@@ -263,9 +280,9 @@ async def publish_bare(
         await producer.stop()
 
 
-async def _produce(broker: str, messages: int, repeats: int, seed: int) -> list[dict[str, Any]]:
+async def _produce(kafka: KafkaConfig, messages: int, repeats: int, seed: int) -> list[dict[str, Any]]:
     collection = bench_collection("produce")
-    await ensure_topics(broker, collection)
+    await ensure_topics(kafka, collection)
     users = simulate.simulate(collection, "gaussian", messages, seed)
     ids = simulate.device_ids(messages)
     # the very reports the devices will send (same seed), encoded beforehand
@@ -275,8 +292,8 @@ async def _produce(broker: str, messages: int, repeats: int, seed: int) -> list[
     keys = [device_key(i) for i in ids]
     bare, kvldp = await _alternate(
         repeats,
-        lambda: publish_bare(collection, broker, values, keys),
-        lambda: publish_kvldp(collection, broker, users, ids, seed),
+        lambda: publish_bare(collection, kafka, values, keys),
+        lambda: publish_kvldp(collection, kafka, users, ids, seed),
     )
     ratio = statistics.median(kvldp) / statistics.median(bare)
     return [
@@ -294,10 +311,12 @@ async def _produce(broker: str, messages: int, repeats: int, seed: int) -> list[
     ]
 
 
-def bench_produce(messages: int = 200_000, repeats: int = 3, seed: int = 0) -> list[dict[str, Any]]:
+def bench_produce(
+    messages: int = 200_000, repeats: int = 3, seed: int = 0, kafka: KafkaConfig | None = None
+) -> list[dict[str, Any]]:
     """One row: simulated devices against a bare producer (see the module docstring)."""
-    with EmbeddedBroker(0) as broker:
-        return asyncio.run(_produce(broker.bootstrap_servers, messages, repeats, seed))
+    with cluster(kafka) as settings:
+        return asyncio.run(_produce(settings, messages, repeats, seed))
 
 
 PRODUCE_COLUMNS = [

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from common.collection import collection_toml
+from common.kafka_config import KafkaConfig
 from kvldp.bench.kafka import STALL_S, bench_collection, fill
 from kvldp.broker import EmbeddedBroker
 from kvldp.reliability.processes import AggregatorProcess, total
@@ -56,7 +57,7 @@ async def _measure(bootstrap: str, checkpoints: list[int], seed: int, workdir: P
         for target in checkpoints:
             while published < target:
                 step = min(STEP, target - published)
-                await fill(collection, bootstrap, step, PER_MESSAGE, seed + published)
+                await fill(collection, KafkaConfig.plaintext(bootstrap), step, PER_MESSAGE, seed + published)
                 published += step
             await _folded(proc, target)
             rss = proc.rss_bytes()
