@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,broker,plots
 
-.PHONY: demo test lint typecheck unit venv clean prometheus bench-deps evaluate
+.PHONY: demo test lint typecheck unit venv clean prometheus stunnel bench-deps evaluate
 
 EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf
 
@@ -48,7 +48,14 @@ prometheus:
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq prometheus >/dev/null; }
 
-test: prometheus lint typecheck unit
+# the TLS broker tests put Debian's stunnel in front of Tansu; install it only when it is missing
+stunnel:
+	@{ command -v stunnel4 || command -v stunnel; } >/dev/null 2>&1 || { \
+	  echo "installing Debian's stunnel4 package (used by tests/test_broker_tls.py)"; \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq stunnel4 >/dev/null; }
+
+test: prometheus stunnel lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -3,6 +3,15 @@
 For development, demos and tests only: Tansu keeps data in memory (a restart loses the
 topics) and has no transactions, which kvldp never needs. Production points
 ``KVLDP_BOOTSTRAP_SERVERS`` at a real Kafka cluster.
+
+A secured setup can be tried on one machine. TLS: Tansu 0.6 accepts ``--cert``/``--key``
+but its listener stays plain TCP, so with a certificate and key the broker is Tansu on an
+internal loopback port behind stunnel (:mod:`kvldp.tls_proxy`), which terminates TLS on
+the public port; Tansu advertises the proxy's address, so clients that follow the
+metadata come back through it. SASL: ``authentication=True`` makes Tansu require a login
+before any request but ApiVersions, SaslHandshake and SaslAuthenticate. With the in-memory
+storage of this build no login ever succeeds (SCRAM users cannot be stored, PLAIN is not
+offered), so such a broker only shows that clients with credentials fail fast.
 """
 
 from __future__ import annotations
@@ -13,10 +22,14 @@ import socket
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from common.errors import KvldpError
+
+if TYPE_CHECKING:
+    from kvldp.tls_proxy import TlsProxy
 
 HOST = "127.0.0.1"
 
@@ -63,15 +76,50 @@ def accepts_connections(port: int, host: str = HOST) -> bool:
     return False
 
 
-class EmbeddedBroker:
-    """Runs Tansu on 127.0.0.1:``port`` (0 = any free port) as a child process."""
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL if the process is still there after 5 seconds."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
 
-    def __init__(self, port: int = 0, startup_timeout: float = 20.0) -> None:
+
+class EmbeddedBroker:
+    """Runs Tansu on 127.0.0.1:``port`` (0 = any free port) as a child process.
+
+    With ``tls_cert`` and ``tls_key`` (PEM files, both or neither) clients reach it over TLS
+    only, through stunnel on ``port``; ``authentication=True`` makes it require SASL.
+    """
+
+    def __init__(
+        self,
+        port: int = 0,
+        startup_timeout: float = 20.0,
+        *,
+        tls_cert: str | Path | None = None,
+        tls_key: str | Path | None = None,
+        authentication: bool = False,
+    ) -> None:
+        if (tls_cert is None) != (tls_key is None):
+            raise BrokerError("a TLS broker needs both a certificate and its private key (tls_cert, tls_key)")
         self.requested_port = port
         self.port = 0
+        self.internal_port = 0
         self.startup_timeout = startup_timeout
+        self.tls_cert = None if tls_cert is None else Path(tls_cert)
+        self.tls_key = None if tls_key is None else Path(tls_key)
+        self.authentication = authentication
         self.process: subprocess.Popen[bytes] | None = None
+        self.proxy: TlsProxy | None = None
         self._log: IO[bytes] | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -79,15 +127,31 @@ class EmbeddedBroker:
 
     def start(self) -> EmbeddedBroker:
         binary = broker_binary()
+        proxy: TlsProxy | None = None
+        if self.tls_cert is not None and self.tls_key is not None:
+            from kvldp.tls_proxy import TlsProxy, check_pem_file, stunnel_binary
+
+            stunnel_binary()  # before anything starts: a missing stunnel or file is one line
+            cert = check_pem_file(self.tls_cert, "certificate")
+            proxy = TlsProxy(0, 0, cert, check_pem_file(self.tls_key, "key"))
         if self.requested_port and port_in_use(self.requested_port):
             raise BrokerError(f"port {self.requested_port} on {HOST} is already in use")
         self.port = self.requested_port or free_port()
-        url = f"tcp://{HOST}:{self.port}"
+        self.internal_port = self.port
+        if proxy is not None:
+            while self.internal_port == self.port:
+                self.internal_port = free_port()
+            proxy.port, proxy.target_port = self.port, self.internal_port
+        url = f"tcp://{HOST}:{self.internal_port}"
+        advertised = f"tcp://{HOST}:{self.port}"  # the proxy's, with TLS
+        command = [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised]
+        if self.authentication:
+            command.append("--authentication")
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "warn")}
         # a pipe nobody reads could fill and stall the broker; the file lives as long as it
         self._log = tempfile.TemporaryFile()  # noqa: SIM115
         self.process = subprocess.Popen(
-            [binary, "broker", "--listener-url", url, "--advertised-listener-url", url],
+            command,
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=self._log,
@@ -97,42 +161,54 @@ class EmbeddedBroker:
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise BrokerError(
-                    f"the broker exited at start (status {self.process.returncode}): {self.log_tail()}"
-                )
-            if accepts_connections(self.port):
-                return self
+                message = f"the broker exited at start (status {self.process.returncode}): {self.log_tail()}"
+                self.stop()
+                raise BrokerError(message)
+            if accepts_connections(self.internal_port):
+                break
             time.sleep(0.05)
-        self.stop()
-        raise BrokerError(
-            f"the broker did not accept connections on {HOST}:{self.port} within {self.startup_timeout}s"
-        )
+        else:
+            self.stop()
+            raise BrokerError(
+                f"the broker did not accept connections on {HOST}:{self.internal_port} "
+                f"within {self.startup_timeout}s"
+            )
+        if proxy is not None:
+            try:
+                self.proxy = proxy.start(timeout=max(1.0, deadline - time.monotonic()))
+            except BrokerError:
+                self.stop()
+                raise
+        return self
 
     def stop(self) -> None:
+        proxy, self.proxy = self.proxy, None
+        if proxy is not None:
+            proxy.stop()
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        if proc is not None:
+            stop_process(proc)
         if self._log is not None:
             self._log.close()
             self._log = None
 
     def log_tail(self, size: int = 500) -> str:
-        """The end of the broker's own output (for error messages)."""
-        if self._log is None:
-            return ""
-        self._log.seek(0, os.SEEK_END)
-        end = self._log.tell()
-        self._log.seek(max(0, end - size))
-        return self._log.read().decode(errors="replace")
+        """The end of the broker's own output (for error messages), then stunnel's if it has any."""
+        tail = ""
+        if self._log is not None:
+            self._log.seek(0, os.SEEK_END)
+            end = self._log.tell()
+            self._log.seek(max(0, end - size))
+            tail = self._log.read().decode(errors="replace")
+        # a running proxy's warnings (such as a group-readable key) are not worth the space
+        if self.proxy is not None and (proxy_tail := self.proxy.summary(errors_only=self.proxy.alive())):
+            tail = f"{tail.rstrip()}\nstunnel: {proxy_tail}".lstrip()
+        return tail
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+        """Whether Tansu (and, with TLS, stunnel) still runs."""
+        tansu = self.process is not None and self.process.poll() is None
+        return tansu and (self.proxy is None or self.proxy.alive())
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -1,15 +1,56 @@
-"""Fixtures: one embedded Tansu broker per test session, on an ephemeral loopback port."""
+"""Fixtures: one embedded Tansu broker per test session, on an ephemeral loopback port
+(and, for the secured-broker tests, one behind TLS, one requiring SASL, one with both)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import NamedTuple
 
 import pytest
 
 from kvldp.broker import EmbeddedBroker
+from tests.tls_support import TlsFiles, make_tls_files
+
+
+class TlsBroker(NamedTuple):
+    """A running TLS broker and the certificates it serves (``certs.ca_pem`` signed them)."""
+
+    broker: EmbeddedBroker
+    certs: TlsFiles
 
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(0) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="session")
+def tls_broker(tls_files: TlsFiles) -> Iterator[TlsBroker]:
+    """Tansu behind stunnel: TLS only, with a certificate for 127.0.0.1 and localhost."""
+    with EmbeddedBroker(0, tls_cert=tls_files.server_cert_pem, tls_key=tls_files.server_key_pem) as running:
+        yield TlsBroker(running, tls_files)
+
+
+@pytest.fixture(scope="session")
+def sasl_broker() -> Iterator[EmbeddedBroker]:
+    """Tansu requiring SASL, plain TCP: no login succeeds on this build (see kvldp.broker)."""
+    with EmbeddedBroker(0, authentication=True) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def sasl_tls_broker(tls_files: TlsFiles) -> Iterator[TlsBroker]:
+    """Tansu requiring SASL, behind TLS (SASL_SSL): no login succeeds on this build."""
+    with EmbeddedBroker(
+        0,
+        tls_cert=tls_files.server_cert_pem,
+        tls_key=tls_files.server_key_pem,
+        authentication=True,
+    ) as running:
+        yield TlsBroker(running, tls_files)
