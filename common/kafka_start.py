@@ -6,8 +6,9 @@ handshake refused for an untrusted certificate surfaces as "Unable to bootstrap 
 [...]", a SCRAM login with a wrong password on some brokers as ``KeyError: 'v'``.
 :func:`start_or_close` closes the client whatever happened, and turns TLS and SASL
 failures into :class:`KafkaStartError`, one line naming the setting to check. The TLS
-cause, which aiokafka only logs, is recovered by one TLS handshake of our own with the
-first bootstrap server (only after a failure).
+cause, which aiokafka only logs, is recovered by one connection and TLS handshake of our
+own with the first bootstrap server (only after a failure); when that works, a client
+with SASL settings was refused its login.
 
 Pure (stdlib only): clients are duck-typed (``start()`` and ``stop()`` or ``close()``), and
 aiokafka's SASL errors are recognised by class name, so the device SDK and the aggregator
@@ -78,17 +79,17 @@ async def explain_failure(exc: BaseException, config: KafkaConfig) -> str | None
                 f"Kafka at {where}: SASL authentication failed: check sasl.username and sasl.password "
                 f"in {config.source}"
             )
-    if not config.uses_tls or "bootstrap" not in str(exc).lower():
+    if not (config.uses_tls or config.uses_sasl) or "bootstrap" not in str(exc).lower():
         return None
-    probe = await _tls_probe(config)
+    probe = await _probe(config)
     if isinstance(probe, ssl.SSLCertVerificationError):
         return _untrusted(probe, where)
     if isinstance(probe, ssl.SSLError):
         return f"TLS handshake with {where} failed: {probe.reason or probe}"
     if probe is None and config.uses_sasl:
         return (
-            f"Kafka at {where}: TLS works but the client could not start: check sasl.username, "
-            f"sasl.password and sasl.mechanism in {config.source}"
+            f"Kafka at {where}: the broker accepts connections but the client could not start: check "
+            f"sasl.username, sasl.password and sasl.mechanism in {config.source}"
         )
     return None
 
@@ -120,13 +121,16 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
-async def _tls_probe(config: KafkaConfig) -> BaseException | None:
-    """The error of one TLS handshake with the first bootstrap server (None: it worked)."""
+async def _probe(config: KafkaConfig) -> BaseException | None:
+    """The error of one connection (with its TLS handshake, when the settings use TLS) to
+    the first bootstrap server; None when it worked."""
     host, _, port = config.bootstrap_servers.split(",")[0].rpartition(":")
     host = host.strip("[]")
     try:
         _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, int(port), ssl=config.ssl_context, server_hostname=host),
+            asyncio.open_connection(
+                host, int(port), ssl=config.ssl_context, server_hostname=host if config.uses_tls else None
+            ),
             PROBE_TIMEOUT_S,
         )
     except (TimeoutError, OSError) as exc:

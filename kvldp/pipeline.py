@@ -32,6 +32,7 @@ from common.control import control_topic, interactive_mechanism, is_interactive
 from common.errors import KvldpError
 from common.kafka_config import KafkaConfig
 from common.kvdata import KVData
+from common.recording import InvalidRecording, read_recording
 from kvldp.broker import EmbeddedBroker, port_in_use
 from kvldp.kafka_cli import kafka_settings
 from kvldp.progress import Progress
@@ -64,6 +65,10 @@ def run_async(make: Callable[[asyncio.Event], Awaitable[T]], kafka: KafkaConfig 
     try:
         return asyncio.run(main())
     except KafkaConnectionError as exc:
+        if "Unable to bootstrap" in str(exc):
+            raise KvldpError(
+                f"cannot reach Kafka at {where}: no broker answered (is it running, is the address right?)"
+            ) from None
         raise KvldpError(f"cannot reach Kafka at {where}: {exc}") from None
     except KafkaError as exc:
         raise KvldpError(f"Kafka error at {where}: {exc}") from None
@@ -76,9 +81,13 @@ def run_async(make: Callable[[asyncio.Event], Awaitable[T]], kafka: KafkaConfig 
 
 
 # ---------------------------------------------------------------------- broker
-def run_broker(port: int) -> int:
-    broker = EmbeddedBroker(port).start()
+def run_broker(port: int, tls_cert: str | None = None, tls_key: str | None = None) -> int:
+    """The embedded broker in the foreground until Ctrl-C; with a certificate and key,
+    behind a TLS endpoint (clients then use ``security.protocol=SSL``)."""
+    broker = EmbeddedBroker(port, tls_cert=tls_cert, tls_key=tls_key).start()
     print(f"bootstrap={broker.bootstrap_servers}", flush=True)
+    if broker.tls:
+        print("security.protocol=SSL (set ssl.ca.location to the CA of the certificate)", flush=True)
     stopped = False
 
     def stop(*_: object) -> None:
@@ -303,6 +312,11 @@ def replay_file(args: argparse.Namespace) -> int:
     path = Path(args.path)
     if not path.is_file():
         raise KvldpError(f"recording {str(path)!r} does not exist")
+    try:
+        with path.open("rb") as stream:
+            read_recording(stream)  # the header, before anything connects
+    except InvalidRecording as exc:
+        raise KvldpError(f"{path}: {exc}") from None
     kafka = kafka_settings(args)
     count = run_async(lambda stop: replay(path, kafka, args.speed, args.topic), kafka)
     print(f"replayed {count} messages from {path}", file=sys.stderr)

@@ -1,0 +1,251 @@
+"""A collection end to end over TLS (the embedded broker behind stunnel) gives exactly the
+plaintext run's statistics; untrusted certificates and refused SASL logins fail fast with
+one line; the ``broker`` command serves TLS.
+
+SASL logins cannot succeed on the bundled broker (its in-memory storage keeps no SCRAM
+users, see :mod:`kvldp.broker`), so SASL is tested here by its failure path against a real
+``--authentication`` broker, and by :mod:`tests.test_kafka_config` for the settings that
+reach every client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from aggregator.offline import fold_recording
+from aggregator.service import Aggregator
+from aggregator.state import AggregatorState
+from common.collection import Collection
+from common.kafka_config import KafkaConfig, kafka_config
+from common.kafka_start import KafkaStartError
+from kvldp.broker import EmbeddedBroker
+from producer import simulate
+from producer.collector import Collector
+from producer.recording import record
+from tests.conftest import TlsBroker
+from tests.pipeline_support import collection_toml, start, unique_collection, wait_for
+from tests.test_pipeline import run_cli
+
+pytestmark = pytest.mark.asyncio
+
+USERS = 3000
+PASSWORD = "S3cret-not-for-logs"
+
+
+def tls_settings(tls: TlsBroker, ca: Path | None = None) -> KafkaConfig:
+    return kafka_config(
+        {
+            "bootstrap.servers": tls.broker.bootstrap_servers,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(ca or tls.certs.ca_pem),
+        },
+        source="test TLS settings",
+    )
+
+
+def properties(path: Path, entries: dict[str, str]) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in entries.items()))
+    return path
+
+
+def one_error(stderr: str) -> str:
+    """The one error line of a failed command (the aggregator may say before it that its
+    state is in memory only); nothing else went wrong on the way out."""
+    assert "Traceback" not in stderr and "Unclosed" not in stderr, stderr
+    errors = [line for line in stderr.splitlines() if line.startswith("kvldp: error:")]
+    assert len(errors) == 1, stderr
+    assert all(line.startswith(("kvldp: error:", "no --state-dir")) for line in stderr.splitlines()), stderr
+    return errors[0]
+
+
+async def collect(collection: Collection, kafka: KafkaConfig, seed: int = 5) -> AggregatorState:
+    """Aggregate ``collection`` while simulated devices publish to it; the folded state."""
+    aggregator = Aggregator(collection, kafka, metrics_port=0, log=lambda _: None)
+    stop, task = await start(aggregator)
+    try:
+        users = simulate.simulate(collection, "gaussian_pckv", USERS, seed=seed)
+        async with Collector(collection, kafka_config=kafka, rng=np.random.default_rng(seed)) as sdk:
+            await sdk.publish_users(users, simulate.device_ids(USERS), batch_size=1)
+        await wait_for(lambda: aggregator.state.reports_total == USERS, 60, "every report folded")
+    finally:
+        stop.set()
+        await task
+    return aggregator.state
+
+
+async def test_a_collection_over_tls_equals_the_plaintext_run(
+    broker: EmbeddedBroker, tls_broker: TlsBroker, tmp_path: Path
+) -> None:
+    """The SDK, the aggregator, record and replay (the CLI, with a properties file) all
+    through the TLS endpoint: the same statistics as over plaintext, exactly."""
+    collection = unique_collection("pckv_grr", 5, windows=["all"])
+    plain = await collect(collection, KafkaConfig.plaintext(broker.bootstrap_servers))
+    secure_settings = tls_settings(tls_broker)
+    secure = await collect(collection, secure_settings)
+    assert secure.all_stats() == plain.all_stats()
+    assert secure.reports_total == plain.reports_total == USERS
+
+    recording = tmp_path / "run.rec"
+    messages = await record(collection, secure_settings, recording, from_beginning=True, idle_timeout=1.5)
+    assert messages == USERS
+    assert fold_recording(collection, recording).all_stats() == plain.all_stats()
+
+    certs = tls_broker.certs
+    with EmbeddedBroker(0, tls_cert=certs.server_cert_pem, tls_key=certs.server_key_pem) as fresh:
+        client = properties(
+            tmp_path / "client.properties",
+            {
+                "bootstrap.servers": fresh.bootstrap_servers,
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(certs.ca_pem),
+            },
+        )
+        aggregator = Aggregator(
+            collection, tls_settings(TlsBroker(fresh, certs)), metrics_port=0, log=lambda _: None
+        )
+        stop, task = await start(aggregator)
+        try:
+            done = await asyncio.to_thread(run_cli, "replay", str(recording), "--kafka-config", str(client))
+            assert done.returncode == 0, done.stderr
+            assert f"replayed {USERS} messages" in done.stderr
+            await wait_for(lambda: aggregator.state.reports_total == USERS, 60, "the replayed reports folded")
+        finally:
+            stop.set()
+            await task
+    assert aggregator.state.all_stats() == plain.all_stats()
+
+
+async def test_an_untrusted_broker_certificate_is_one_clear_line(
+    tls_broker: TlsBroker, tmp_path: Path
+) -> None:
+    collection = unique_collection("kvue", 3)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    wrong_ca = properties(
+        tmp_path / "wrong-ca.properties",
+        {
+            "bootstrap.servers": tls_broker.broker.bootstrap_servers,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tls_broker.certs.other_ca_pem),
+        },
+    )
+    commands = [
+        ["produce", "--collection", str(toml), "--simulate", "uniform", "--users", "10"],
+        ["aggregate", "--collection", str(toml), "--metrics-port", "0"],
+        ["record", "--collection", str(toml), "--out", str(tmp_path / "r.rec")],
+    ]
+    for argv in commands:
+        began = time.monotonic()
+        done = await asyncio.to_thread(run_cli, *argv, "--kafka-config", str(wrong_ca))
+        assert time.monotonic() - began < 30, argv
+        assert done.returncode == 2, (argv, done.stderr)
+        line = one_error(done.stderr)
+        assert "is not trusted (unable to get local issuer certificate)" in line, line
+        assert "ssl.ca.location" in line, line
+    with pytest.raises(KafkaStartError, match="is not trusted"):
+        async with Collector(
+            collection, kafka_config=tls_settings(tls_broker, tls_broker.certs.other_ca_pem)
+        ):
+            pass
+
+
+@pytest.mark.parametrize("over_tls", [False, True], ids=["SASL_PLAINTEXT", "SASL_SSL"])
+async def test_a_refused_sasl_login_is_one_clear_line_never_a_hang(
+    sasl_broker: EmbeddedBroker, sasl_tls_broker: TlsBroker, tmp_path: Path, over_tls: bool
+) -> None:
+    """The bundled broker refuses every SCRAM login (no user can be stored), so this is the
+    wrong-password case: each command fails within seconds, one line, no secret in it."""
+    collection = unique_collection("kvue", 3)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    entries = {
+        "bootstrap.servers": sasl_broker.bootstrap_servers,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "telemetry",
+        "sasl.password": PASSWORD,
+    }
+    if over_tls:
+        entries |= {
+            "bootstrap.servers": sasl_tls_broker.broker.bootstrap_servers,
+            "security.protocol": "SASL_SSL",
+            "ssl.ca.location": str(sasl_tls_broker.certs.ca_pem),
+        }
+    client = properties(tmp_path / "sasl.properties", entries)
+    for argv in (
+        ["aggregate", "--collection", str(toml), "--metrics-port", "0"],
+        ["produce", "--collection", str(toml), "--simulate", "uniform", "--users", "10"],
+    ):
+        began = time.monotonic()
+        done = await asyncio.to_thread(run_cli, *argv, "--kafka-config", str(client), timeout=30)
+        assert time.monotonic() - began < 20, argv
+        assert done.returncode == 2, (argv, done.stderr)
+        line = one_error(done.stderr)
+        assert "SASL authentication failed" in line and "as telemetry" in line, line
+        assert PASSWORD not in done.stderr + done.stdout
+
+
+async def test_broker_command_serves_tls(tls_broker: TlsBroker, tmp_path: Path) -> None:
+    """``kvldp broker --tls-cert --tls-key``: a client trusting the CA publishes through it."""
+    certs = tls_broker.certs
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "kvldp", "broker", "--port", "0"),
+            *("--tls-cert", str(certs.server_cert_pem), "--tls-key", str(certs.server_key_pem)),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        line = await asyncio.to_thread(proc.stdout.readline)
+        assert line.startswith("bootstrap=127.0.0.1:"), line + proc.stderr.read()
+        assert (await asyncio.to_thread(proc.stdout.readline)).startswith("security.protocol=SSL")
+        settings = kafka_config(
+            {
+                "bootstrap.servers": line.strip().split("=", 1)[1],
+                "security.protocol": "SSL",
+                "ssl.ca.location": str(certs.ca_pem),
+            }
+        )
+        collection = unique_collection("kvue", 3)
+        async with Collector(collection, kafka_config=settings) as sdk:
+            await sdk.report({collection.keys[0]: 5.0})
+        assert sdk.sent_reports == 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 20) == 0
+        proc.stdout.close()
+        proc.stderr.close()
+    missing = await asyncio.to_thread(
+        run_cli, "broker", "--port", "0", "--tls-cert", str(certs.server_cert_pem)
+    )
+    assert missing.returncode == 2 and "needs both a certificate and its private key" in missing.stderr
+
+
+async def test_a_login_the_broker_drops_names_the_sasl_settings(sasl_broker: EmbeddedBroker) -> None:
+    """A broker that closes the connection during the login (here: Tansu does not offer
+    PLAIN) leaves aiokafka with "Unable to bootstrap"; the broker still accepts
+    connections, so the error points at the SASL settings, not at the address."""
+    settings = kafka_config(
+        {
+            "bootstrap.servers": sasl_broker.bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "telemetry",
+            "sasl.password": PASSWORD,
+        }
+    )
+    began = time.monotonic()
+    with pytest.raises(KafkaStartError, match="accepts connections but the client could not start") as caught:
+        async with Collector(unique_collection("kvue", 3), kafka_config=settings):
+            pass
+    assert time.monotonic() - began < 20
+    assert "sasl.mechanism" in str(caught.value) and PASSWORD not in str(caught.value)
