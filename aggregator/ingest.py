@@ -1,8 +1,8 @@
 """From fetched records to a fold: decode, validate, de-duplicate, budget, bucket.
 
 The consumer calls :func:`plan` for each partition's fetched records, writes the
-plan's rejected records to the dead-letter topic, and only once those writes are
-acknowledged applies the plan to the state (:meth:`Plan.apply`); :func:`plan` itself
+plan's rejected records to the dead-letter topic, and only once every in-sync replica
+holds those writes (``acks=all``) applies the plan to the state (:meth:`Plan.apply`); :func:`plan` itself
 mutates nothing. A record is never folded twice: records below the partition's
 ``next_offset`` are dropped here. Everything per report is columnar numpy; the only
 Python loops are over messages.

@@ -12,7 +12,7 @@ The consume loop only decodes and folds (numpy); refits run in a worker thread o
 timer so the consumer never misses its poll interval (aiokafka #848), and checkpoints
 are written on a timer and at every revocation and shutdown. A malformed message goes,
 with its original bytes and a reason, to the dead-letter topic, and the partition only
-moves past it once that write is acknowledged.
+moves past it once every in-sync replica holds that write (``acks=all``).
 
 Topic resets. Every checkpoint fingerprints the record just before the next offset. When a
 partition is assigned, that record is read again; if it differs, or the partition now
@@ -343,7 +343,8 @@ class Aggregator:
                     await self._reset(tp, f"it now ends at offset {highwater}, below {state.next_offset}")
 
     async def _dead_letter(self, tp: TopicPartition, rejected: list[Rejected]) -> None:
-        """Write rejected records to the DLQ and wait for every acknowledgement."""
+        """Write rejected records to the DLQ and wait until every in-sync replica holds
+        each of them (``acks=all``); only then is the plan applied."""
         assert self._dlq is not None
         futures = []
         for r in rejected:
@@ -374,8 +375,10 @@ class Aggregator:
     # ------------------------------------------------------------------ checkpoints and refits
     async def checkpoint(self, partitions: set[int] | None = None) -> None:
         """Persist state with its next offsets atomically — the whole state to the file
-        (role all) or each changed partition's snapshot to the state topic (worker) —
-        then commit the same offsets to Kafka for lag dashboards (informational)."""
+        (role all, fsynced) or each changed partition's snapshot to the state topic
+        (worker, acknowledged by every in-sync replica) — then commit the same offsets to
+        Kafka for lag dashboards (informational: the group coordinator's acknowledgement
+        is not waited on for correctness, the saved offsets are what count)."""
         async with self._save_lock:
             changed = set(self._dirty) if partitions is None else self._dirty & partitions
             if not changed:

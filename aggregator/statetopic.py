@@ -2,7 +2,8 @@
 
 A worker publishes, for every input partition it owns, the snapshot
 ``{next_offset, statistics, filters}`` keyed by the partition number (on a timer and
-before giving a partition up in a rebalance, waiting for the broker's acknowledgement).
+before giving a partition up in a rebalance, waiting until every in-sync replica holds it:
+``acks=all``).
 The next owner loads the latest snapshot of the partition and seeks to its offset, so
 state moves between workers with Kafka alone. An exporter reads the latest snapshot of
 every partition without joining the consumer group, merges and refits.

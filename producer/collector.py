@@ -295,7 +295,8 @@ class Collector:
             await self.flush()
 
     async def flush(self) -> None:
-        """Wait until every message sent so far is acknowledged by the broker."""
+        """Wait until every message sent so far is acknowledged by the broker, with this
+        collector's ``acks`` (by default every in-sync replica holds it)."""
         pending, self._pending = self._pending, []
         if pending:
             await asyncio.gather(*pending)
