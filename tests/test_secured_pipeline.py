@@ -15,10 +15,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from aggregator.offline import fold_recording
 from aggregator.service import Aggregator
@@ -249,3 +251,53 @@ async def test_a_login_the_broker_drops_names_the_sasl_settings(sasl_broker: Emb
             pass
     assert time.monotonic() - began < 20
     assert "sasl.mechanism" in str(caught.value) and PASSWORD not in str(caught.value)
+
+
+async def test_secrets_reach_no_log_checkpoint_or_metric(tls_broker: TlsBroker, tmp_path: Path) -> None:
+    """A client certificate whose key is encrypted with a passphrase: the aggregator runs
+    with it, and the passphrase is in none of its log lines, its checkpoint or /metrics."""
+    certs = tls_broker.certs
+    key = serialization.load_pem_private_key(certs.client_key_pem.read_bytes(), None)
+    encrypted = tmp_path / "client.key"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(PASSWORD.encode()),
+        )
+    )
+    settings = kafka_config(
+        {
+            "bootstrap.servers": tls_broker.broker.bootstrap_servers,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(certs.ca_pem),
+            "ssl.certificate.location": str(certs.client_cert_pem),
+            "ssl.key.location": str(encrypted),
+            "ssl.key.password": PASSWORD,
+        }
+    )
+    collection = unique_collection("kvue", 3)
+    said: list[str] = []
+    aggregator = Aggregator(
+        collection, settings, metrics_port=0, state_dir=tmp_path / "state", log=said.append
+    )
+    stop, task = await start(aggregator)
+    try:
+        async with Collector(collection, kafka_config=settings) as sdk:
+            await sdk.report({collection.keys[0]: 5.0})
+        await wait_for(lambda: aggregator.state.reports_total == 1, 30, "the report folded")
+        assert aggregator.bound_port is not None
+        metrics = await asyncio.to_thread(scrape_text, aggregator.bound_port)
+    finally:
+        stop.set()
+        await task
+    checkpoints = list((tmp_path / "state").iterdir())
+    assert checkpoints
+    for blob in [*(p.read_bytes() for p in checkpoints), metrics.encode(), "\n".join(said).encode()]:
+        assert PASSWORD.encode() not in blob
+    assert PASSWORD not in repr(settings) + settings.describe() + repr(aggregator.kafka)
+
+
+def scrape_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return str(response.read().decode())
