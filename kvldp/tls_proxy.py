@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import IO
 
-from kvldp.broker import HOST, BrokerError, stop_process
+from kvldp.local_service import HOST, BrokerError, stop_child
 
 STUNNEL_HINT = "install Debian's stunnel4 (make stunnel)"
 # "[!] message" before stunnel reads its logging settings, "date time LOG3[ui]: message" after
@@ -135,12 +135,8 @@ class TlsProxy:
         raise BrokerError(message)
 
     def stop(self) -> None:
-        proc, self.process = self.process, None
-        if proc is not None:
-            stop_process(proc)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        stop_child(self.process, self._log)
+        self.process, self._log = None, None
         if self._dir is not None:
             self._dir.cleanup()
             self._dir = None
