@@ -301,3 +301,24 @@ async def test_secrets_reach_no_log_checkpoint_or_metric(tls_broker: TlsBroker, 
 def scrape_text(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         return str(response.read().decode())
+
+
+async def test_demo_runs_on_a_named_cluster_over_tls(tls_broker: TlsBroker, tmp_path: Path) -> None:
+    """``kvldp demo --kafka-config``: no embedded broker; the demo's topics are its own."""
+    client = properties(
+        tmp_path / "client.properties",
+        {
+            "bootstrap.servers": tls_broker.broker.bootstrap_servers,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(tls_broker.certs.ca_pem),
+        },
+    )
+    done = await asyncio.to_thread(
+        run_cli,
+        *("demo", "--users", "500", "--periods", "2", "--rate", "50000", "--metrics-port", "0"),
+        *("--kafka-config", str(client)),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"broker: {tls_broker.broker.bootstrap_servers} (SSL) (external)" in done.stdout
+    assert "1000/1000 reports folded" in done.stdout
