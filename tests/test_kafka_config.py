@@ -353,7 +353,13 @@ async def test_replay_checks_the_file_before_connecting(tmp_path: Path) -> None:
         await replay(not_a_recording, "127.0.0.1:9")
 
 
-def test_known_keys_are_documented() -> None:
+def test_the_readme_documents_every_key_with_a_file_that_reads() -> None:
     text = (Path(__file__).parents[1] / "README.md").read_text()
     missing = [key for key in KNOWN_KEYS if key not in text]
     assert not missing, f"README.md does not document {missing}"
+    example = re.search(r"```properties\n(.*?)```", text, re.S)
+    assert example is not None
+    entries = parse_properties(example.group(1), "README.md")
+    assert entries.pop("ssl.ca.location") == "/etc/kvldp/ca.pem"  # a path on the reader's machine
+    config = kafka_config(entries, "README.md")
+    assert (config.security_protocol, config.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")
