@@ -25,8 +25,8 @@ from typing import Any, Protocol
 from common.errors import KvldpError
 from common.kafka_config import KafkaConfig
 
-#: aiokafka's errors for a refused SASL login or mechanism
-_SASL_ERRORS = {"SaslAuthenticationFailedError", "IllegalSaslStateError", "UnsupportedSaslMechanismError"}
+#: aiokafka's errors for a refused SASL login (a mechanism the broker lacks is told apart)
+_SASL_ERRORS = {"SaslAuthenticationFailedError", "IllegalSaslStateError"}
 #: how long the diagnostic TLS handshake may take
 PROBE_TIMEOUT_S = 5.0
 

@@ -196,7 +196,6 @@ class Collector:
         self.fleet = Fleet(self.collection)
         self._tracked = tracks_privacy(self.collection)
         self._warn_unsaved = self._tracked and state_path is None
-        self.bootstrap_servers = self.kafka.bootstrap_servers
         self.acks = acks
         self._producer = producer or AIOKafkaProducer(
             **self.kafka.client_options(client_id),
@@ -213,6 +212,11 @@ class Collector:
             ControlFollower(self.collection, self.kafka) if is_interactive(self.collection) else None
         )
         self.control_timeout = control_timeout
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The address this collector connects to (from its Kafka settings)."""
+        return self.kafka.bootstrap_servers
 
     async def start(self) -> None:
         """Connect (a failed start closes every client it opened; TLS and SASL failures
