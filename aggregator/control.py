@@ -2,7 +2,7 @@
 
 The aggregator (role ``all``) owns ``kvldp.<name>.control``: a compacted topic of one
 partition whose records are keyed by the collection name, so the latest one is the
-protocol's state (:mod:`common.control`). Every publication waits for ``acks=all``
+protocol's state (:mod:`kvldp.common.control`). Every publication waits for ``acks=all``
 before the aggregator moves on: a round counts as announced only once the record is on
 every in-sync replica.
 
@@ -19,12 +19,12 @@ import contextlib
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from aggregator.rounds import RoundState
-from common.collection import Collection
-from common.control import Control, InvalidControl, control_topic, decode_control
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig, as_kafka_config
-from common.kafka_start import start_or_close
+from kvldp.aggregator.rounds import RoundState
+from kvldp.common.collection import Collection
+from kvldp.common.control import Control, InvalidControl, control_topic, decode_control
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
+from kvldp.common.kafka_start import start_or_close
 
 #: seconds to wait for the control topic's last record at start
 READ_TIMEOUT_S = 10.0

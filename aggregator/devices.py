@@ -1,6 +1,6 @@
 """Per-device book of one partition: what each device spent, and its latest report.
 
-Kept for collections with a ``[privacy]`` table (see :mod:`common.privacy`), next to the
+Kept for collections with a ``[privacy]`` table (see :mod:`kvldp.common.privacy`), next to the
 statistics of each partition (so checkpoints and scale-out hand-overs carry it). A device
 is its record key, stored as ``HMAC-SHA256(ledger key, device id)[:8]`` like the budget
 ledger's, never as an id; a device's reports stay in one partition because the key picks it.
@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.schema import ReportBatch
+from kvldp.common.schema import ReportBatch
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]

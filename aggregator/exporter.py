@@ -53,12 +53,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
-from aggregator.refit import Snapshot, condition_label, refit
-from aggregator.state import AggregatorState
-from common.collection import Collection
-from common.control import interactive_mechanism
-from common.errors import KvldpError
-from common.wire import REASONS
+from kvldp.aggregator.refit import Snapshot, condition_label, refit
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection
+from kvldp.common.control import interactive_mechanism
+from kvldp.common.errors import KvldpError
+from kvldp.common.wire import REASONS
 
 LABELS = ["collection", "key", "estimator", "window"]
 CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]

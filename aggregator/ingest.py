@@ -20,13 +20,13 @@ from typing import Protocol
 import numpy as np
 from numpy.typing import NDArray
 
-from aggregator.dedup import Probe
-from aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
-from aggregator.rounds import RoundBook, RoundState
-from aggregator.state import AggregatorState
-from common.primitives import IntArray
-from common.schema import ReportBatch
-from common.wire import Decoded, WireFormat
+from kvldp.aggregator.dedup import Probe
+from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
+from kvldp.aggregator.rounds import RoundBook, RoundState
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.primitives import IntArray
+from kvldp.common.schema import ReportBatch
+from kvldp.common.wire import Decoded, WireFormat
 
 
 class Record(Protocol):

@@ -1,6 +1,6 @@
 """The privacy-budget ledger, kept with the statistics of each partition (so a crash
 cannot reset it) and vectorised over a fetch. (Its sibling filter, de-duplication by
-report id, is :mod:`aggregator.dedup`.)
+report id, is :mod:`kvldp.aggregator.dedup`.)
 
 **Budget ledger.** With ``max_reports_per_device`` set, each message is charged to its
 Kafka key — the device id — in the budget window of its record timestamp. A message

@@ -2,7 +2,7 @@
 
 The exporter never joins the consumer group and never reads reports. It follows the
 compacted state topic from the beginning, keeps the current snapshot of every input
-partition (see :mod:`aggregator.statetopic` for which one is current), and on the refit
+partition (see :mod:`kvldp.aggregator.statetopic` for which one is current), and on the refit
 timer replaces the changed partitions of its merged state and refits. Every partition's
 snapshot is self-consistent, so the merged statistics are always a union of whole
 prefixes of the input partitions: never a report twice, never half a fetch.
@@ -19,14 +19,14 @@ import contextlib
 import sys
 from collections.abc import Callable
 
-from aggregator.exporter import Exporter, HttpSecurity
-from aggregator.state import AggregatorState, CheckpointMismatch
-from aggregator.statetopic import StateFollower, decode
-from aggregator.topics import ensure_topics
-from common.collection import Collection
-from common.control import is_interactive
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig, as_kafka_config
+from kvldp.aggregator.exporter import Exporter, HttpSecurity
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch
+from kvldp.aggregator.statetopic import StateFollower, decode
+from kvldp.aggregator.topics import ensure_topics
+from kvldp.common.collection import Collection
+from kvldp.common.control import is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
 
 
 def _stderr(line: str) -> None:

@@ -12,14 +12,14 @@ from itertools import groupby
 from pathlib import Path
 from typing import Any
 
-from aggregator.ingest import plan
-from aggregator.refit import refit
-from aggregator.state import AggregatorState
-from common.collection import Collection
-from common.control import is_interactive
-from common.errors import KvldpError
-from common.recording import check_header, read_recording
-from common.wire import WireFormat
+from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.refit import refit
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection
+from kvldp.common.control import is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.recording import check_header, read_recording
+from kvldp.common.wire import WireFormat
 
 #: records decoded per step (bounds memory on large recordings)
 STEP = 50_000

@@ -15,11 +15,11 @@ from typing import Any
 
 import numpy as np
 
-from common.collection import Collection
-from common.conditional import ConditionalEstimate, ConditionalQuery
-from common.estimate import Estimate
-from common.mechanisms.ioh import JointStateMechanism
-from common.stats import Stats
+from kvldp.common.collection import Collection
+from kvldp.common.conditional import ConditionalEstimate, ConditionalQuery
+from kvldp.common.estimate import Estimate
+from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.common.stats import Stats
 
 
 @dataclass(frozen=True)

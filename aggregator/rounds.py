@@ -28,11 +28,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.collection import Collection
-from common.control import Control, interactive_mechanism
-from common.mechanisms.privkvm import means_digest
-from common.primitives import FloatArray
-from common.schema import ReportBatch
+from kvldp.common.collection import Collection
+from kvldp.common.control import Control, interactive_mechanism
+from kvldp.common.mechanisms.privkvm import means_digest
+from kvldp.common.primitives import FloatArray
+from kvldp.common.schema import ReportBatch
 
 U64 = NDArray[np.uint64]
 

@@ -5,7 +5,7 @@ One asyncio process per collection and role:
 * ``all`` (default) — consumes every partition, checkpoints to ``--state-dir``, refits
   and serves the estimates;
 * ``worker`` — joins the consumer group, folds the partitions Kafka assigns it and
-  publishes their snapshots to the state topic (see :mod:`aggregator.statetopic`);
+  publishes their snapshots to the state topic (see :mod:`kvldp.aggregator.statetopic`);
   refits and estimates are the exporter's job.
 
 The consume loop only decodes and folds (numpy); refits run in a worker thread on a
@@ -36,19 +36,19 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
-from aggregator.control import ControlPublisher
-from aggregator.exporter import Exporter, HttpSecurity
-from aggregator.ingest import Rejected, plan, record_digest
-from aggregator.memory import release_free_memory
-from aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
-from aggregator.statetopic import StateFollower, StateTopic, decode
-from aggregator.topics import ensure_topics
-from common.collection import Collection
-from common.control import is_interactive
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig, as_kafka_config
-from common.kafka_start import start_or_close
-from common.wire import WireFormat
+from kvldp.aggregator.control import ControlPublisher
+from kvldp.aggregator.exporter import Exporter, HttpSecurity
+from kvldp.aggregator.ingest import Rejected, plan, record_digest
+from kvldp.aggregator.memory import release_free_memory
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
+from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
+from kvldp.aggregator.topics import ensure_topics
+from kvldp.common.collection import Collection
+from kvldp.common.control import is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
+from kvldp.common.kafka_start import start_or_close
+from kvldp.common.wire import WireFormat
 
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
 MAX_RECORDS = 20_000
@@ -277,7 +277,7 @@ class Aggregator:
     async def _close_round(self) -> None:
         """Close the open round if its policy says so: fold nothing more (this runs in the
         consume loop, between fetches), compute the next means, checkpoint, then publish
-        the control record (see :mod:`aggregator.rounds` for why in this order)."""
+        the control record (see :mod:`kvldp.aggregator.rounds` for why in this order)."""
         rounds, control = self.state.rounds, self.control
         now_ms = int(time.time() * 1000)
         if rounds is None or control is None or not rounds.due(now_ms):

@@ -34,16 +34,16 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from aggregator.dedup import RecentIds
-from aggregator.devices import NO_BUCKET, DeviceBook, Retraction
-from aggregator.ledger import Ledger
-from aggregator.rounds import RoundBook, RoundState
-from common.collection import Collection
-from common.control import interactive_mechanism, is_interactive
-from common.errors import KvldpError
-from common.primitives import IntArray
-from common.schema import ReportBatch
-from common.stats import Stats
+from kvldp.aggregator.dedup import RecentIds
+from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction
+from kvldp.aggregator.ledger import Ledger
+from kvldp.aggregator.rounds import RoundBook, RoundState
+from kvldp.common.collection import Collection
+from kvldp.common.control import interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.primitives import IntArray
+from kvldp.common.schema import ReportBatch
+from kvldp.common.stats import Stats
 
 FORMAT = "kvldp-checkpoint"
 VERSION = 2

@@ -8,7 +8,7 @@ The next owner loads the latest snapshot of the partition and seeks to its offse
 state moves between workers with Kafka alone. An exporter reads the latest snapshot of
 every partition without joining the consumer group, merges and refits.
 
-Snapshots use the checkpoint format of :mod:`aggregator.state` with one partition, so a
+Snapshots use the checkpoint format of :mod:`kvldp.aggregator.state` with one partition, so a
 snapshot can never be loaded into a differently configured collection. The topic is
 created with ``cleanup.policy=compact``.
 
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from aggregator.state import AggregatorState, CheckpointMismatch, PartitionState
-from common.collection import Collection
-from common.kafka_config import KafkaConfig, as_kafka_config
-from common.kafka_start import start_or_close
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, PartitionState
+from kvldp.common.collection import Collection
+from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
+from kvldp.common.kafka_start import start_or_close
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
 MAX_SNAPSHOT_BYTES = 64 << 20

@@ -17,11 +17,11 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from common.collection import Collection
-from common.control import control_topic, is_interactive
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig, as_kafka_config
-from common.kafka_start import start_or_close
+from kvldp.common.collection import Collection
+from kvldp.common.control import control_topic, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
+from kvldp.common.kafka_start import start_or_close
 
 #: Kafka's "topic already exists" error code (a concurrent creator won the race)
 TOPIC_ALREADY_EXISTS = 36

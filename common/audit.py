@@ -30,11 +30,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.errors import KvldpError
-from common.kvdata import KVData
+from kvldp.common.errors import KvldpError
+from kvldp.common.kvdata import KVData
 
 if TYPE_CHECKING:
-    from common.mechanisms.base import Mechanism
+    from kvldp.common.mechanisms.base import Mechanism
 
 FloatArray = NDArray[np.float64]
 TOLERANCE = 1e-9

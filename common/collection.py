@@ -32,7 +32,7 @@ dedup_horizon = 100000       # report ids remembered per partition for de-duplic
 max_reports_per_device = 0   # privacy budget: reports per device per budget_window (0: off)
 budget_window = "1d"
 
-[privacy]                    # a device's privacy over many reports (see common.privacy)
+[privacy]                    # a device's privacy over many reports (see kvldp.common.privacy)
 memoize = true               # an unchanged state re-sends the same report and spends nothing
 lifetime_epsilon = 20.0      # the most a device ever spends on this collection
 report_period = "1h"         # at most one report per device and period (both sides enforce it)
@@ -59,14 +59,14 @@ from typing import Any
 
 import numpy as np
 
-from common.conditional import ConditionalQuery, InvalidQuery, parse_query
-from common.errors import KvldpError
-from common.mechanisms import create, get
-from common.mechanisms.base import Mechanism
-from common.mechanisms.ioh import JointStateMechanism
-from common.params import InvalidParameter
-from common.primitives import FloatArray
-from common.privacy import InvalidPrivacy, PrivacyConfig, parse_privacy
+from kvldp.common.conditional import ConditionalQuery, InvalidQuery, parse_query
+from kvldp.common.errors import KvldpError
+from kvldp.common.mechanisms import create, get
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import FloatArray
+from kvldp.common.privacy import InvalidPrivacy, PrivacyConfig, parse_privacy
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 KEY_PATTERN = re.compile(r"^[^\s|,=]{1,128}$")
@@ -273,7 +273,7 @@ class Collection:
         return np.asarray(np.asarray(stderr) * (hi - lo) / 2.0, dtype=np.float64)
 
 
-#: envelope bytes of a single-report message besides the collection name (see common.wire)
+#: envelope bytes of a single-report message besides the collection name (see kvldp.common.wire)
 ENVELOPE_BYTES = 48
 #: largest d for which "all_pairs" expands (d (d - 1) * 2 exported queries)
 MAX_ALL_PAIRS_KEYS = 16

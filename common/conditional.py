@@ -33,10 +33,10 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
-from common.errors import KvldpError
-from common.kvdata import KVData
-from common.primitives import FloatArray, IntArray, disc
-from common.stats import Stats
+from kvldp.common.errors import KvldpError
+from kvldp.common.kvdata import KVData
+from kvldp.common.primitives import FloatArray, IntArray, disc
+from kvldp.common.stats import Stats
 
 #: state codes of spec §0.2 (s = k v* + 1); they are the base-3 digits of a joint state
 NEG, ABSENT, POS = 0, 1, 2

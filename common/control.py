@@ -8,7 +8,7 @@ record is a msgpack map
 * ``format`` ``"kvldp-control"``, ``v`` 1, ``col`` the collection name, ``cfg`` its digest;
 * ``round`` — 0-based index of the open round (when ``complete``: the rounds run);
 * ``means`` — the d means published before that round, little-endian float64 (``bin``);
-* ``md`` — :func:`common.mechanisms.privkvm.means_digest` of (round, means), which every
+* ``md`` — :func:`kvldp.common.mechanisms.privkvm.means_digest` of (round, means), which every
   report of the round carries;
 * ``complete`` — true once the last round closed (no report is taken any more).
 
@@ -27,10 +27,10 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from common.collection import Collection
-from common.errors import KvldpError
-from common.mechanisms.privkvm import PrivKVM, means_digest
-from common.primitives import FloatArray
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
+from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest
+from kvldp.common.primitives import FloatArray
 
 FORMAT = "kvldp-control"
 VERSION = 1

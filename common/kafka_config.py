@@ -30,7 +30,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 #: the environment variable naming the client properties file
 ENV_CONFIG = "KVLDP_KAFKA_CONFIG"

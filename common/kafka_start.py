@@ -22,8 +22,8 @@ import contextlib
 import ssl
 from typing import Any, Protocol
 
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig
 
 #: aiokafka's errors for a refused SASL login (a mechanism the broker lacks is told apart)
 _SASL_ERRORS = {"SaslAuthenticationFailedError", "IllegalSaslStateError"}

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from common.errors import KvldpError
-from common.primitives import FloatArray, IntArray
+from kvldp.common.errors import KvldpError
+from kvldp.common.primitives import FloatArray, IntArray
 
 
 class InvalidUserData(KvldpError):

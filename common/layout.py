@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.schema import Field, ReportBatch
+from kvldp.common.schema import Field, ReportBatch
 
 VERSION = 1
 

@@ -18,7 +18,7 @@ rounding, for key-value data. A device holds a permanent random ``secret`` (neve
   the server sees, so the report has exactly the mechanism's distribution: the same
   per-report audit holds.
 
-Devices store the payload they derived (``producer.device_state``), so an unchanged
+Devices store the payload they derived (``kvldp.producer.device_state``), so an unchanged
 state is re-sent byte for byte even if numpy's generator streams change between
 versions.
 """
@@ -32,10 +32,10 @@ import struct
 
 import numpy as np
 
-from common.kvdata import KVData
-from common.mechanisms.base import Mechanism
-from common.primitives import FloatArray, IntArray
-from common.schema import Report, row
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.primitives import FloatArray, IntArray
+from kvldp.common.schema import Report, row
 
 SECRET_BYTES = 32
 _ALPHA_TAG = b"kvldp/alpha/v1"

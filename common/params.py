@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 ParamValue = int | float | str | bool
 

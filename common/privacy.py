@@ -1,7 +1,7 @@
 """Privacy over a device's lifetime: the ``[privacy]`` table and the spending rule.
 
 Local differential privacy protects a device *from the server*: every guarantee here is
-kept by the device itself, which counts what it spends (``producer.device_state``). The
+kept by the device itself, which counts what it spends (``kvldp.producer.device_state``). The
 server's ledger only mirrors the same rules for its own bookkeeping.
 
 The ``[privacy]`` table of a collection file (covered by the collection digest)::
@@ -16,7 +16,7 @@ The ``[privacy]`` table of a collection file (covered by the collection digest):
 * without ``memoize`` every report a device sends costs the collection's per-report
   epsilon;
 * with ``memoize`` a report is a function of the device's permanent secret and its
-  *state* (:mod:`common.memo`); the first report of a state the device never reported
+  *state* (:mod:`kvldp.common.memo`); the first report of a state the device never reported
   before costs the per-report epsilon, and sending a state again sends the byte-identical
   stored payload and costs nothing. So a device that visits k distinct states spends
   k x epsilon however many reports it sends;
@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 #: fields of the ``[privacy]`` table
 FIELDS = ("memoize", "lifetime_epsilon", "report_period")

@@ -19,8 +19,8 @@ from typing import IO, Any
 
 import msgpack
 
-from common.collection import Collection
-from common.errors import KvldpError
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
 
 FORMAT = "kvldp-recording"
 VERSION = 1

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 ReportBatch = dict[str, NDArray[Any]]
 Report = dict[str, int | bytes]

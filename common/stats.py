@@ -17,8 +17,8 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from common.errors import KvldpError
-from common.schema import ReportBatch, batch_len
+from kvldp.common.errors import KvldpError
+from kvldp.common.schema import ReportBatch, batch_len
 
 IntArray = NDArray[np.int64]
 _FORMAT = "kvldp-stats"

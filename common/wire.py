@@ -42,10 +42,10 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
-from common.collection import Collection
-from common.errors import KvldpError
-from common.layout import SingleLayout
-from common.schema import Field, Report, ReportBatch, batch_len
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
+from kvldp.common.layout import SingleLayout
+from kvldp.common.schema import Field, Report, ReportBatch, batch_len
 
 VERSION = 1
 ENVELOPE = ("ver", "col", "mech", "cfg")
@@ -161,7 +161,7 @@ class WireFormat:
 
     def encode_report(self, report: Report, ts_ms: int | None = None, rid: int | None = None) -> bytes:
         """One report (as returned by ``Mechanism.perturb``) as one message; in the
-        canonical layout (:mod:`common.layout`) when it has both ``ts`` and ``rid``."""
+        canonical layout (:mod:`kvldp.common.layout`) when it has both ``ts`` and ``rid``."""
         if ts_ms is not None and rid is not None:
             columns = {f.name: np.asarray([report[f.name]]) for f in self.fields}
             for f in self.fields:
@@ -328,7 +328,7 @@ class WireFormat:
         """Decode and validate messages; never raises on bad input. ``timestamps`` are the
         Kafka record timestamps (ms), against which device ``ts`` are judged.
 
-        Messages in the canonical layout are decoded all at once (:mod:`common.layout`);
+        Messages in the canonical layout are decoded all at once (:mod:`kvldp.common.layout`);
         the rest go through the general decoder, message by message, which names the
         reason of every rejection.
         """

@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from common.errors import KvldpError
-from common.kvdata import KVData
-from common.mechanisms import create
+from kvldp.common.errors import KvldpError
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms import create
 from kvldp.predict import predict
 
 OBJECTIVES = ("sum", "frequency", "mean")

@@ -1,6 +1,6 @@
 """The ``kvldp`` command line: one entry point, one subcommand per job.
 
-Input errors (:class:`common.errors.KvldpError`) print one line on stderr and exit
+Input errors (:class:`kvldp.common.errors.KvldpError`) print one line on stderr and exit
 with status 2; anything else is a bug and keeps its traceback.
 """
 
@@ -18,17 +18,17 @@ from typing import Any
 
 import numpy as np
 
-from common.audit import audit
-from common.conditional import parse_query
-from common.errors import KvldpError
-from common.mechanisms import create, get, names
-from common.params import parse_assignments
 from kvldp.bench import mechanisms as bench_mechanisms
 from kvldp.bench.table import format_table
+from kvldp.common.audit import audit
+from kvldp.common.conditional import parse_query
+from kvldp.common.errors import KvldpError
+from kvldp.common.mechanisms import create, get, names
+from kvldp.common.params import parse_assignments
 from kvldp.evaluate import evaluate
 from kvldp.kafka_cli import add_kafka_args
+from kvldp.producer import datasets
 from kvldp.reliability import NAMES as SCENARIO_NAMES
-from producer import datasets
 
 
 def _number_flag(
@@ -114,9 +114,9 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _audit_collection(args: argparse.Namespace) -> int:
     """A collection's lifetime worst case over ``--reports`` reports with ``--changes``
-    state changes (common.privacy), plus the exact per-report audit of its mechanism."""
-    from common.collection import load_collection
-    from common.privacy import lifetime_audit
+    state changes (kvldp.common.privacy), plus the exact per-report audit of its mechanism."""
+    from kvldp.common.collection import load_collection
+    from kvldp.common.privacy import lifetime_audit
 
     given = [f"--{flag}" for flag in ("epsilon", "keys", "param") if getattr(args, flag) is not None]
     if given:
@@ -351,17 +351,17 @@ def cmd_produce(args: argparse.Namespace) -> int:
 
 
 def _produce_periods(args: argparse.Namespace) -> int:
-    """A simulated fleet reporting once per period (producer.fleet); a summary line per
+    """A simulated fleet reporting once per period (kvldp.producer.fleet); a summary line per
     period and the epsilon spent per device on stderr. ``--truth`` is the last period's."""
     import asyncio
 
-    from common.collection import load_collection
+    from kvldp.common.collection import load_collection
     from kvldp.kafka_cli import kafka_settings
     from kvldp.pipeline import _until, run_async
+    from kvldp.producer import simulate
+    from kvldp.producer.collector import Collector, check_batching
+    from kvldp.producer.fleet import FleetSimulation, PeriodReport
     from kvldp.progress import Progress
-    from producer import simulate
-    from producer.collector import Collector, check_batching
-    from producer.fleet import FleetSimulation, PeriodReport
 
     if not args.simulate:
         raise KvldpError("--periods simulates a fleet: use it with --simulate DATASET, not --from-csv")

@@ -45,20 +45,20 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.service import Aggregator
-from common.collection import Collection
-from common.control import control_topic, interactive_mechanism, is_interactive
-from common.errors import KvldpError
-from common.estimate import Estimate
-from common.kafka_config import KafkaConfig
+from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker, port_in_use
+from kvldp.common.collection import Collection
+from kvldp.common.control import control_topic, interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.estimate import Estimate
+from kvldp.common.kafka_config import KafkaConfig
 from kvldp.kafka_cli import external_kafka
 from kvldp.pipeline import collection_or_demo, run_async
-from producer import simulate
-from producer.collector import Collector
-from producer.device_state import tracks_privacy
-from producer.fleet import FleetSimulation
-from producer.round_fleet import RoundFleet
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
+from kvldp.producer.device_state import tracks_privacy
+from kvldp.producer.fleet import FleetSimulation
+from kvldp.producer.round_fleet import RoundFleet
 
 DEMO_COLLECTION: dict[str, Any] = {
     "name": "demo",

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from common.conditional import ConditionalQuery, conditional_truth
-from common.errors import KvldpError
-from common.estimate import Estimate
-from common.mechanisms.base import Mechanism
-from common.mechanisms.ioh import JointStateMechanism
-from common.primitives import FloatArray
+from kvldp.common.conditional import ConditionalQuery, conditional_truth
+from kvldp.common.errors import KvldpError
+from kvldp.common.estimate import Estimate
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.common.primitives import FloatArray
+from kvldp.producer.datasets import Dataset
 from kvldp.progress import Progress
-from producer.datasets import Dataset
 
 
 @dataclass(frozen=True)

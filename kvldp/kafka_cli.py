@@ -1,7 +1,7 @@
 """The command line's Kafka settings, the same for every subcommand that talks to Kafka.
 
 ``--kafka-config FILE`` (or ``$KVLDP_KAFKA_CONFIG``) names a client properties file (see
-:mod:`common.kafka_config`); ``-X key=value`` overrides one of its entries, except
+:mod:`kvldp.common.kafka_config`); ``-X key=value`` overrides one of its entries, except
 secrets, which would end up in shell history and ``ps``; ``--bootstrap-servers`` (or
 ``$KVLDP_BOOTSTRAP_SERVERS``) overrides its address. Everything is read and checked
 here, before any connection is made.
@@ -12,8 +12,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from common.errors import KvldpError
-from common.kafka_config import ENV_CONFIG, KafkaConfig, kafka_config, load_kafka_config
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import ENV_CONFIG, KafkaConfig, kafka_config, load_kafka_config
 
 ENV_BOOTSTRAP = "KVLDP_BOOTSTRAP_SERVERS"
 

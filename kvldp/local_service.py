@@ -11,7 +11,7 @@ import socket
 import subprocess
 from typing import IO
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 HOST = "127.0.0.1"
 

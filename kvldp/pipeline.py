@@ -23,25 +23,25 @@ from typing import Any, TypeVar
 import numpy as np
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from aggregator.exporter import HttpSecurity, load_basic_auth
-from aggregator.merged import MergedExporter
-from aggregator.offline import estimates_json, fold_recording
-from aggregator.service import Aggregator
-from common.collection import Collection, load_collection
-from common.control import control_topic, interactive_mechanism, is_interactive
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig
-from common.kvdata import KVData
-from common.recording import InvalidRecording, read_recording
+from kvldp.aggregator.exporter import HttpSecurity, load_basic_auth
+from kvldp.aggregator.merged import MergedExporter
+from kvldp.aggregator.offline import estimates_json, fold_recording
+from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker, port_in_use
+from kvldp.common.collection import Collection, load_collection
+from kvldp.common.control import control_topic, interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig
+from kvldp.common.kvdata import KVData
+from kvldp.common.recording import InvalidRecording, read_recording
 from kvldp.kafka_cli import kafka_settings
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector, check_batching
+from kvldp.producer.csvsource import read_devices
+from kvldp.producer.ratings import is_ratings_file, read_ratings
+from kvldp.producer.recording import record, replay
+from kvldp.producer.round_fleet import RoundFleet, RoundReport
 from kvldp.progress import Progress
-from producer import simulate
-from producer.collector import Collector, check_batching
-from producer.csvsource import read_devices
-from producer.ratings import is_ratings_file, read_ratings
-from producer.recording import record, replay
-from producer.round_fleet import RoundFleet, RoundReport
 
 T = TypeVar("T")
 
@@ -325,6 +325,6 @@ def replay_file(args: argparse.Namespace) -> int:
 
 def collection_or_demo(path: str | None, default: dict[str, Any]) -> Collection:
     """The collection file given, or the built-in one."""
-    from common.collection import parse_collection
+    from kvldp.common.collection import parse_collection
 
     return load_collection(path) if path else parse_collection(default, source="built-in demo collection")

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.kvdata import KVData
-from common.mechanisms.base import Mechanism
-from common.primitives import FloatArray
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.primitives import FloatArray
 
 
 @dataclass(frozen=True)

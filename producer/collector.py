@@ -2,11 +2,11 @@
 
 ``Collector(collection, bootstrap_servers=...)`` — or, for a secured cluster,
 ``Collector(collection, kafka_config="client.properties")`` (see
-:mod:`common.kafka_config`) — maps key names to indices, normalises
+:mod:`kvldp.common.kafka_config`) — maps key names to indices, normalises
 raw values into [-1, 1] with the collection's ``value_range``, perturbs with the
 collection's mechanism (from :mod:`common`) using an RNG seeded from the operating
 system — unpredictable to the server — and publishes msgpack reports (see
-:mod:`common.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
+:mod:`kvldp.common.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
 reports stay in one partition. Every report carries a random non-zero 64-bit report id
 (``rid``, from the OS entropy pool whatever ``rng`` is) so that the aggregator counts a
 report the producer had to resend only once.
@@ -20,9 +20,9 @@ A gateway (or a simulator) that speaks for many devices may pack up to ``batch_s
 reports per Kafka message; each batch stays under the collection's message size cap.
 
 A collection with a ``[privacy]`` table makes every device follow the spending rule of
-:mod:`common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
+:mod:`kvldp.common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
 ``report_period``), with the device's own state in a file (``state_path``, see
-:mod:`producer.device_state`) or in memory, and one in-memory state per other device id a
+:mod:`kvldp.producer.device_state`) or in memory, and one in-memory state per other device id a
 gateway or simulator reports for. Memoized and period-limited reports go out one per
 message, keyed by their device id, because the aggregator tells devices apart by the Kafka
 key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
@@ -30,10 +30,10 @@ come from ``clock``. Collections without a ``[privacy]`` table take the vectoris
 that perturbs whole blocks of devices at once.
 
 An interactive collection (PrivKVM) reports in rounds: the collector follows the
-collection's control topic (:mod:`producer.control`) and every report is for the open
+collection's control topic (:mod:`kvldp.producer.control`) and every report is for the open
 round, perturbed with the means published for it and tagged with their digest. Each
 device reports at most once per round and spends that round's epsilon
-(:meth:`producer.device_state.DeviceState.round_report`); once the last round closed,
+(:meth:`kvldp.producer.device_state.DeviceState.round_report`); once the last round closed,
 nothing is sent (``ROUNDS_DONE``). Its reports go out one per message, keyed by device.
 """
 
@@ -53,17 +53,17 @@ import numpy as np
 from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
-from common.collection import Collection, InvalidCollection, load_collection
-from common.control import Control, interactive_mechanism, is_interactive
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig, resolve_kafka_config
-from common.kafka_start import close_quietly, start_or_close
-from common.kvdata import KVData
-from common.privacy import PrivacyBudgetExhausted
-from common.schema import ReportBatch, from_rows
-from common.wire import WireFormat
-from producer.control import ControlFollower
-from producer.device_state import (
+from kvldp.common.collection import Collection, InvalidCollection, load_collection
+from kvldp.common.control import Control, interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig, resolve_kafka_config
+from kvldp.common.kafka_start import close_quietly, start_or_close
+from kvldp.common.kvdata import KVData
+from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.common.schema import ReportBatch, from_rows
+from kvldp.common.wire import WireFormat
+from kvldp.producer.control import ControlFollower
+from kvldp.producer.device_state import (
     DeviceState,
     Fleet,
     FleetSummary,
@@ -220,7 +220,7 @@ class Collector:
 
     async def start(self) -> None:
         """Connect (a failed start closes every client it opened; TLS and SASL failures
-        raise :class:`common.kafka_start.KafkaStartError`, one line naming the setting)."""
+        raise :class:`kvldp.common.kafka_start.KafkaStartError`, one line naming the setting)."""
         await start_or_close(self._producer, self.kafka)
         if self.control is not None:
             try:

@@ -11,7 +11,7 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 
 class InvalidCsv(KvldpError):

@@ -13,7 +13,7 @@ lie in [-1, 1]. The same generators drive ``kvldp evaluate`` and the simulated d
 * ``sun_uniform``, ``sun_gaussian`` — Sun et al.'s synthetic data (D0, §13.1, the spec's
   generator): per key f_k ~ U(0, 1), m_k ~ U(-1, 1) (or truncated N(0.5, 0.2^2) and
   N(0, 0.5^2)); a user holds key k with probability f_k, v = clip(N(m_k, 0.2^2)).
-* ``csv:PATH`` — a ratings file (:mod:`producer.ratings`): the d most-rated items are
+* ``csv:PATH`` — a ratings file (:mod:`kvldp.producer.ratings`): the d most-rated items are
   the keys, ratings scaled into [-1, 1] from the file's rating range, every user kept.
 * ``conditional`` — correlated keys for conditional analysis (§13.1 leaves the
   generator open): a user-level factor z ~ N(0, 1) drives both presence (key k is held
@@ -34,9 +34,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from common.kvdata import KVData
-from common.primitives import FloatArray
-from producer.ratings import read_ratings
+from kvldp.common.kvdata import KVData
+from kvldp.common.primitives import FloatArray
+from kvldp.producer.ratings import read_ratings
 
 POWERLAW_A = 0.5063029806
 POWERLAW_B = 1.5795733620

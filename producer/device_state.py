@@ -1,9 +1,9 @@
 """What a device remembers about one collection so that its privacy spending is kept.
 
 A device that reports for a long time must never forget what it already spent
-(:mod:`common.privacy`). :class:`DeviceState` holds, for one collection:
+(:mod:`kvldp.common.privacy`). :class:`DeviceState` holds, for one collection:
 
-* the device **secret** (:func:`common.memo.new_secret`, created once, never sent), which
+* the device **secret** (:func:`kvldp.common.memo.new_secret`, created once, never sent), which
   keys the alpha-point rounding and the memoized reports;
 * the **memo table**: state fingerprint -> the payload first derived for that state. A
   re-send is a table lookup, so it is byte-identical even if numpy's generators change;
@@ -34,13 +34,13 @@ from typing import Any
 
 import msgpack
 
-from common.collection import Collection
-from common.control import interactive_mechanism, is_interactive
-from common.errors import KvldpError
-from common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
-from common.primitives import FloatArray, IntArray
-from common.privacy import CAP_SLACK, spent, would_exceed
-from common.schema import Report
+from kvldp.common.collection import Collection
+from kvldp.common.control import interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
+from kvldp.common.primitives import FloatArray, IntArray
+from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
+from kvldp.common.schema import Report
 
 FORMAT = "kvldp-device-state"
 VERSION = 2
@@ -65,7 +65,7 @@ class ReportStatus(enum.Enum):
     #: not sent: the device already reported in this ``report_period``
     SKIPPED_PERIOD = "skipped_period"
     #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
-    #: :class:`common.privacy.PrivacyBudgetExhausted` instead of returning this)
+    #: :class:`kvldp.common.privacy.PrivacyBudgetExhausted` instead of returning this)
     EXHAUSTED = "exhausted"
     #: not sent: the device already reported in the open round (interactive collections)
     SKIPPED_ROUND = "skipped_round"

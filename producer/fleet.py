@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.collection import Collection
-from common.errors import KvldpError
-from common.kvdata import KVData
-from common.primitives import FloatArray
-from producer.collector import Collector
-from producer.device_state import FleetSummary
-from producer.simulate import device_ids, simulate
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
+from kvldp.common.kvdata import KVData
+from kvldp.common.primitives import FloatArray
+from kvldp.producer.collector import Collector
+from kvldp.producer.device_state import FleetSummary
+from kvldp.producer.simulate import device_ids, simulate
 
 #: the period of a collection without ``report_period``
 DEFAULT_PERIOD_S = 3600

@@ -22,9 +22,9 @@ from typing import TextIO
 
 import numpy as np
 
-from common.kvdata import KVData
-from common.primitives import FloatArray, IntArray
-from producer.csvsource import InvalidCsv, parse_number
+from kvldp.common.kvdata import KVData
+from kvldp.common.primitives import FloatArray, IntArray
+from kvldp.producer.csvsource import InvalidCsv, parse_number
 
 HEADER_WORDS = {
     "user",

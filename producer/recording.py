@@ -20,11 +20,11 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from common.collection import Collection
-from common.errors import KvldpError
-from common.kafka_config import KafkaConfig, as_kafka_config
-from common.kafka_start import start_or_close
-from common.recording import RecordedMessage, read_recording, write_header, write_record
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
+from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
+from kvldp.common.kafka_start import start_or_close
+from kvldp.common.recording import RecordedMessage, read_recording, write_header, write_record
 
 
 async def record(

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.control import Control
-from common.kvdata import KVData
-from common.primitives import IntArray
-from producer.collector import Collector
-from producer.device_state import FleetSummary
+from kvldp.common.control import Control
+from kvldp.common.kvdata import KVData
+from kvldp.common.primitives import IntArray
+from kvldp.producer.collector import Collector
+from kvldp.producer.device_state import FleetSummary
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 
-from common.collection import Collection
-from common.conditional import conditional_truth
-from common.kvdata import KVData
-from producer.datasets import generate
+from kvldp.common.collection import Collection
+from kvldp.common.conditional import conditional_truth
+from kvldp.common.kvdata import KVData
+from kvldp.producer.datasets import generate
 
 
 def simulate(collection: Collection, dataset: str, users: int, seed: int) -> KVData:

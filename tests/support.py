@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
-from common.kvdata import KVData
-from common.mechanisms import create, get
-from common.mechanisms.base import Mechanism
-from common.mechanisms.itemoracle import ItemOracle
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms import create, get
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.itemoracle import ItemOracle
 
 #: settings that keep generic tests fast (PrivKVM's default is 10 rounds)
 FAST_PARAMS: dict[str, dict[str, object]] = {"privkvm": {"rounds": 2}}

@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from common.mechanisms import create
 from kvldp.advise import CANDIDATES, advise, reference_population
+from kvldp.common.mechanisms import create
 from kvldp.evaluate import evaluate
 from kvldp.predict import clipped_normal_mse, predict
-from producer.datasets import Dataset
+from kvldp.producer.datasets import Dataset
 from tests.support import run_kvldp
 
 GRID = [(10, 1.0, 1), (10, 4.0, 3), (40, 2.0, 1), (40, 1.0, 8)]

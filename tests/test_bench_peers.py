@@ -16,13 +16,13 @@ import sys
 import numpy as np
 import pytest
 
-from common.errors import KvldpError
-from common.mechanisms import create
-from common.params import InvalidParameter
-from common.primitives import FloatArray, pack_bits
-from common.schema import ReportBatch
 from kvldp.bench import peers
-from producer.datasets import generate
+from kvldp.common.errors import KvldpError
+from kvldp.common.mechanisms import create
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import FloatArray, pack_bits
+from kvldp.common.schema import ReportBatch
+from kvldp.producer.datasets import generate
 
 EPS = 1.0
 

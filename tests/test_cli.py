@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from common.mechanisms import names
 from kvldp.cli import main
+from kvldp.common.mechanisms import names
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from common.collection import (
+from kvldp.common.collection import (
     InvalidCollection,
     collection_table,
     collection_toml,

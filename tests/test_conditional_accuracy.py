@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from common.conditional import ConditionalQuery, conditional_truth
-from common.mechanisms import create
-from common.mechanisms.ioh import JointStateMechanism
-from producer.datasets import generate
+from kvldp.common.conditional import ConditionalQuery, conditional_truth
+from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.producer.datasets import generate
 
 
 def two_way(d: int) -> list[ConditionalQuery]:

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from common.kvdata import InvalidUserData, KVData
-from common.mechanisms import create
-from common.params import InvalidParameter, parse_assignments
-from common.primitives import bit_column_sums, pack_bits
-from common.schema import Field, validate_fields
-from common.simplex import project_simplex
-from common.stats import Stats, StatsMismatch
+from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.mechanisms import create
+from kvldp.common.params import InvalidParameter, parse_assignments
+from kvldp.common.primitives import bit_column_sums, pack_bits
+from kvldp.common.schema import Field, validate_fields
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats, StatsMismatch
 
 
 def test_user_data_rejects_bad_values_with_a_clear_message() -> None:

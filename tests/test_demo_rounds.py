@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.service import Aggregator
-from common.collection import Collection, collection_toml, parse_collection
 from kvldp import dashboard
+from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker, free_port
-from producer import simulate
-from producer.collector import Collector
-from producer.round_fleet import RoundFleet
+from kvldp.common.collection import Collection, collection_toml, parse_collection
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
+from kvldp.producer.round_fleet import RoundFleet
 from tests.pipeline_support import start, wait_for
 from tests.test_prometheus import finite, promql, start_prometheus
 

@@ -26,10 +26,10 @@ from typing import Any
 import pytest
 import yaml
 
-from aggregator import exporter
-from common.collection import load_collection
-from common.kafka_config import KNOWN_KEYS, KafkaConfig, kafka_config, parse_properties
 from kvldp import dashboard
+from kvldp.aggregator import exporter
+from kvldp.common.collection import load_collection
+from kvldp.common.kafka_config import KNOWN_KEYS, KafkaConfig, kafka_config, parse_properties
 
 DEPLOY = Path("deploy")
 COMPOSE_TEXT = (DEPLOY / "docker-compose.yml").read_text()

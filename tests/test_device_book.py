@@ -8,12 +8,12 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 
-from aggregator.devices import payload_hashes
-from aggregator.exporter import SnapshotCollector
-from aggregator.ingest import plan
-from aggregator.state import AggregatorState
-from common.collection import Collection, parse_collection
-from common.wire import WireFormat
+from kvldp.aggregator.devices import payload_hashes
+from kvldp.aggregator.exporter import SnapshotCollector
+from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.wire import WireFormat
 from tests.support import Rec
 
 HOUR_MS = 3_600_000

@@ -24,16 +24,16 @@ import msgpack
 import numpy as np
 import pytest
 
-from common.collection import Collection, parse_collection
-from common.errors import KvldpError
-from common.memo import alphas, round_values, state_of
-from common.wire import WireFormat
 from kvldp.broker import EmbeddedBroker
 from kvldp.cli import main
-from producer import Collector, PrivacyBudgetExhausted, ReportStatus
-from producer.collector import BatchingRefused
-from producer.device_state import DeviceState, InvalidDeviceState
-from producer.fleet import FleetSimulation, PeriodReport
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.errors import KvldpError
+from kvldp.common.memo import alphas, round_values, state_of
+from kvldp.common.wire import WireFormat
+from kvldp.producer import Collector, PrivacyBudgetExhausted, ReportStatus
+from kvldp.producer.collector import BatchingRefused
+from kvldp.producer.device_state import DeviceState, InvalidDeviceState
+from kvldp.producer.fleet import FleetSimulation, PeriodReport
 
 T = TypeVar("T")
 HOUR = 3600.0

@@ -1,4 +1,4 @@
-"""Count-based maximum likelihood (common.em): the accelerated solver returns EM's fixed point.
+"""Count-based maximum likelihood (kvldp.common.em): the accelerated solver returns EM's fixed point.
 
 The reference is plain EM written out here (spec §0.5), independent of the library, run
 to tol 1e-13. Where EM is still moving when it stops, its distance to its own limit is
@@ -19,16 +19,16 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-import common.mechanisms.itemoracle as itemoracle
-import common.mechanisms.keysampled as keysampled
-import common.mechanisms.pckv as pckv
-import common.mechanisms.privkv as privkv
-import common.mechanisms.privkvm as privkvm
-from common import em
-from common.em import EMResult, em_counts
-from common.mechanisms import create
-from common.mechanisms.privkv import em4_transition
-from producer.datasets import generate
+import kvldp.common.mechanisms.itemoracle as itemoracle
+import kvldp.common.mechanisms.keysampled as keysampled
+import kvldp.common.mechanisms.pckv as pckv
+import kvldp.common.mechanisms.privkv as privkv
+import kvldp.common.mechanisms.privkvm as privkvm
+from kvldp.common import em
+from kvldp.common.em import EMResult, em_counts
+from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.privkv import em4_transition
+from kvldp.producer.datasets import generate
 
 FloatArray = NDArray[np.float64]
 

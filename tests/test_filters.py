@@ -13,12 +13,12 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from aggregator.dedup import RecentIds
-from aggregator.ingest import plan
-from aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
-from aggregator.state import AggregatorState
-from common.collection import Collection, parse_collection
-from common.wire import WireFormat
+from kvldp.aggregator.dedup import RecentIds
+from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.wire import WireFormat
 from tests.support import Rec
 
 DAY_MS = 86_400_000

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from common.audit import audit, max_log_ratio
-from common.conditional import (
+from kvldp.common.audit import audit, max_log_ratio
+from kvldp.common.conditional import (
     CellSums,
     Condition,
     ConditionalQuery,
@@ -30,13 +30,13 @@ from common.conditional import (
     joint_states,
     parse_query,
 )
-from common.kvdata import KVData
-from common.mechanisms.base import UnknownEstimator
-from common.mechanisms.ioh import IOH
-from common.mechanisms.registry import get
-from common.params import InvalidParameter
-from common.schema import InvalidReport
-from common.stats import Stats
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import UnknownEstimator
+from kvldp.common.mechanisms.ioh import IOH
+from kvldp.common.mechanisms.registry import get
+from kvldp.common.params import InvalidParameter
+from kvldp.common.schema import InvalidReport
+from kvldp.common.stats import Stats
 
 NAMES = ("hamburger", "fries", "pepsi")
 H, F, P = 0, 1, 2

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import trustme
 
-from aggregator.control import ControlPublisher
-from aggregator.service import Aggregator, dlq_producer
-from aggregator.statetopic import StateFollower, StateTopic
-from aggregator.topics import under_replicated, wanted_topics
-from common.collection import parse_collection
-from common.kafka_config import (
+from kvldp.aggregator.control import ControlPublisher
+from kvldp.aggregator.service import Aggregator, dlq_producer
+from kvldp.aggregator.statetopic import StateFollower, StateTopic
+from kvldp.aggregator.topics import under_replicated, wanted_topics
+from kvldp.common.collection import parse_collection
+from kvldp.common.kafka_config import (
     KNOWN_KEYS,
     InvalidKafkaConfig,
     KafkaConfig,
@@ -26,10 +26,10 @@ from common.kafka_config import (
     parse_properties,
     resolve_kafka_config,
 )
-from common.kafka_start import explain_failure
+from kvldp.common.kafka_start import explain_failure
 from kvldp.kafka_cli import external_kafka, kafka_settings
-from producer.collector import Collector
-from producer.recording import replay
+from kvldp.producer.collector import Collector
+from kvldp.producer.recording import replay
 
 SECRET = "pa55-W0rd-never-shown"
 

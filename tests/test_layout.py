@@ -7,10 +7,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from common.collection import parse_collection
-from common.kvdata import KVData
-from common.mechanisms import names
-from common.wire import WireFormat
+from kvldp.common.collection import parse_collection
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms import names
+from kvldp.common.wire import WireFormat
 
 NOW = 1_800_000_000_000
 

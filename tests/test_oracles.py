@@ -7,16 +7,16 @@ import math
 import numpy as np
 import pytest
 
-from common.audit import DenseModel, audit, max_log_ratio
-from common.em import em_counts
-from common.kvdata import InvalidUserData, KVData
-from common.mechanisms import create
-from common.mechanisms.fhr import FHR
-from common.mechanisms.grr import GRR, grr_mle
-from common.mechanisms.olh import olh_hash
-from common.params import InvalidParameter
-from common.primitives import fwht, hadamard_entry, mix64
-from common.stats import Stats
+from kvldp.common.audit import DenseModel, audit, max_log_ratio
+from kvldp.common.em import em_counts
+from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.fhr import FHR
+from kvldp.common.mechanisms.grr import GRR, grr_mle
+from kvldp.common.mechanisms.olh import olh_hash
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import fwht, hadamard_entry, mix64
+from kvldp.common.stats import Stats
 
 
 def test_grr_closed_form_mle_is_the_em_fixed_point() -> None:

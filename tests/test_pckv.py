@@ -14,14 +14,14 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pytest
 
-import common.mechanisms.pckv as pckv
-from common import primitives
-from common.audit import audit
-from common.em import em_counts
-from common.kvdata import KVData
-from common.mechanisms import registry
-from common.mechanisms.padding import slot_weights
-from common.mechanisms.pckv import (
+import kvldp.common.mechanisms.pckv as pckv
+from kvldp.common import primitives
+from kvldp.common.audit import audit
+from kvldp.common.em import em_counts
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms import registry
+from kvldp.common.mechanisms.padding import slot_weights
+from kvldp.common.mechanisms.pckv import (
     PCKV,
     PCKVGRR,
     PCKVUE,
@@ -32,9 +32,9 @@ from common.mechanisms.pckv import (
     theorem3_epsilon,
     utility_gh,
 )
-from common.params import InvalidParameter
-from common.schema import InvalidReport, from_rows, row
-from common.stats import Stats, StatsMismatch
+from kvldp.common.params import InvalidParameter
+from kvldp.common.schema import InvalidReport, from_rows, row
+from kvldp.common.stats import Stats, StatsMismatch
 
 MECHS: tuple[type[PCKV], ...] = (PCKVUE, PCKVGRR)
 ALLOCATIONS = ("optimized", "naive", "nonoptimized")

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from aggregator.service import Aggregator
-from aggregator.state import CheckpointStore
+from kvldp.aggregator.service import Aggregator
+from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker import EmbeddedBroker
-from producer import simulate
-from producer.collector import Collector
-from producer.recording import record, replay
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
+from kvldp.producer.recording import record, replay
 from tests.pipeline_support import (
     collection_toml,
     scrape,
@@ -312,7 +312,7 @@ async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -
 async def test_a_reset_topic_starts_a_new_epoch(broker: EmbeddedBroker, tmp_path: Path) -> None:
     """A checkpoint says partition 0 continues at offset 500 (with 7 reports folded), but the
     (recreated) topic holds 5 records: the aggregator says so, keeps the 7 and folds the 5."""
-    from aggregator.state import AggregatorState
+    from kvldp.aggregator.state import AggregatorState
 
     collection = unique_collection("kvue", 3, partitions=1)
     ahead = AggregatorState(collection)

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from common.audit import audit
-from common.kvdata import KVData
-from common.mechanisms import create
-from common.mechanisms.privkvm import PrivKVM, means_digest, virtual_iterations
-from common.primitives import rr_keep
+from kvldp.common.audit import audit
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest, virtual_iterations
+from kvldp.common.primitives import rr_keep
 
 
 def population(n: int, rng: np.random.Generator) -> KVData:

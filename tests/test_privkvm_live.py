@@ -13,19 +13,19 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from aggregator.service import Aggregator
-from aggregator.state import CheckpointStore
-from common.collection import Collection, parse_collection
-from common.control import Control, control_topic
-from common.mechanisms.privkvm import PrivKVM, means_digest
-from common.wire import WireFormat
+from kvldp.aggregator.service import Aggregator
+from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker import EmbeddedBroker
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.control import Control, control_topic
+from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest
+from kvldp.common.wire import WireFormat
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
+from kvldp.producer.control import ControlFollower
+from kvldp.producer.device_state import DeviceState, ReportStatus
+from kvldp.producer.round_fleet import RoundFleet
 from kvldp.reliability.processes import AggregatorProcess, scrape
-from producer import simulate
-from producer.collector import Collector
-from producer.control import ControlFollower
-from producer.device_state import DeviceState, ReportStatus
-from producer.round_fleet import RoundFleet
 from tests.pipeline_support import collection_toml, start, unique_collection, wait_for
 from tests.support import multi_key_population
 

@@ -11,21 +11,21 @@ import msgpack
 import numpy as np
 import pytest
 
-from aggregator.ingest import plan
-from aggregator.merged import MergedExporter
-from aggregator.offline import fold_recording
-from aggregator.rounds import RoundBook, RoundState
-from aggregator.service import Aggregator
-from aggregator.state import AggregatorState
-from common.collection import Collection, InvalidCollection, parse_collection
-from common.control import Control, InvalidControl, decode_control
-from common.errors import KvldpError
-from common.kvdata import KVData
-from common.mechanisms.privkvm import PrivKVM, means_digest
-from common.stats import Stats
-from common.wire import WireFormat
-from producer.collector import BatchingRefused, check_batching
-from producer.device_state import DeviceState, InvalidDeviceState, ReportStatus
+from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.merged import MergedExporter
+from kvldp.aggregator.offline import fold_recording
+from kvldp.aggregator.rounds import RoundBook, RoundState
+from kvldp.aggregator.service import Aggregator
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection, InvalidCollection, parse_collection
+from kvldp.common.control import Control, InvalidControl, decode_control
+from kvldp.common.errors import KvldpError
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest
+from kvldp.common.stats import Stats
+from kvldp.common.wire import WireFormat
+from kvldp.producer.collector import BatchingRefused, check_batching
+from kvldp.producer.device_state import DeviceState, InvalidDeviceState, ReportStatus
 from tests.support import Rec, multi_key_population
 
 

@@ -25,13 +25,13 @@ import numpy as np
 import pytest
 import trustme
 
-from aggregator.exporter import HttpSecurity
-from aggregator.service import Aggregator
-from common.collection import Collection
 from kvldp import dashboard
+from kvldp.aggregator.exporter import HttpSecurity
+from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker, free_port
-from producer import simulate
-from producer.collector import Collector
+from kvldp.common.collection import Collection
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
 from tests.pipeline_support import unique_collection, wait_for
 
 pytestmark = pytest.mark.asyncio

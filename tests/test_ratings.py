@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from producer.csvsource import InvalidCsv
-from producer.datasets import generate
-from producer.ratings import is_ratings_file, read_ratings
+from kvldp.producer.csvsource import InvalidCsv
+from kvldp.producer.datasets import generate
+from kvldp.producer.ratings import is_ratings_file, read_ratings
 from tests.support import random_ratings, run_kvldp
 
 MOVIELENS_STYLE = (

@@ -9,15 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.merged import MergedExporter
-from aggregator.service import Aggregator
-from aggregator.state import AggregatorState
-from aggregator.statetopic import Snapshots, decode, encode
-from common.collection import Collection
-from common.errors import KvldpError
+from kvldp.aggregator.merged import MergedExporter
+from kvldp.aggregator.service import Aggregator
+from kvldp.aggregator.state import AggregatorState
+from kvldp.aggregator.statetopic import Snapshots, decode, encode
 from kvldp.broker import EmbeddedBroker
-from producer import simulate
-from producer.collector import Collector
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
 from tests.pipeline_support import oracle, scrape, start, unique_collection, wait_for
 
 

@@ -22,16 +22,16 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from aggregator.offline import fold_recording
-from aggregator.service import Aggregator
-from aggregator.state import AggregatorState
-from common.collection import Collection
-from common.kafka_config import KafkaConfig, kafka_config
-from common.kafka_start import KafkaStartError
+from kvldp.aggregator.offline import fold_recording
+from kvldp.aggregator.service import Aggregator
+from kvldp.aggregator.state import AggregatorState
 from kvldp.broker import EmbeddedBroker
-from producer import simulate
-from producer.collector import Collector
-from producer.recording import record
+from kvldp.common.collection import Collection
+from kvldp.common.kafka_config import KafkaConfig, kafka_config
+from kvldp.common.kafka_start import KafkaStartError
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
+from kvldp.producer.recording import record
 from tests.conftest import TlsBroker
 from tests.pipeline_support import collection_toml, start, unique_collection, wait_for
 from tests.test_pipeline import run_cli

@@ -8,12 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from aggregator.ingest import plan
-from aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
-from common.collection import parse_collection
-from common.kvdata import KVData
-from common.schema import row
-from common.wire import WireFormat
+from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
+from kvldp.common.collection import parse_collection
+from kvldp.common.kvdata import KVData
+from kvldp.common.schema import row
+from kvldp.common.wire import WireFormat
 from tests.support import Rec
 
 TABLE = {

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from common.collection import parse_collection
-from common.mechanisms import names
-from common.schema import row
-from common.wire import REASONS, WireFormat
+from kvldp.common.collection import parse_collection
+from kvldp.common.mechanisms import names
+from kvldp.common.schema import row
+from kvldp.common.wire import REASONS, WireFormat
 from tests.support import FAST_PARAMS, population_for
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.collection import Collection, parse_collection
-from common.mechanisms import names
-from common.wire import WireFormat
-from producer.collector import users_from_pairs
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.mechanisms import names
+from kvldp.common.wire import WireFormat
+from kvldp.producer.collector import users_from_pairs
 
 DOC = Path("docs/wire-format.md")
 TIMESTAMP_MS = 1795363200000

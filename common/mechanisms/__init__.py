@@ -1,8 +1,22 @@
-"""All mechanisms, registered by name on import (see :mod:`common.mechanisms.registry`)."""
+"""All mechanisms, registered by name on import (see :mod:`kvldp.common.mechanisms.registry`)."""
 
-from common.mechanisms import f2m, fhr, grr, hr, ioh, ioh_hrr, kvoh, kvue, olh, pckv, privkv, privkvm, ue
-from common.mechanisms.base import Mechanism
-from common.mechanisms.registry import create, get, names
+from kvldp.common.mechanisms import (
+    f2m,
+    fhr,
+    grr,
+    hr,
+    ioh,
+    ioh_hrr,
+    kvoh,
+    kvue,
+    olh,
+    pckv,
+    privkv,
+    privkvm,
+    ue,
+)
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.registry import create, get, names
 
 __all__ = [
     "Mechanism",

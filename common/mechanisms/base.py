@@ -6,7 +6,7 @@ A concrete mechanism provides
    step by step) — ``perturb`` for one device is the same code on one row;
 2. the statistics: ``stats_shapes`` and ``fold_arrays`` (integer additions only);
 3. the estimators: ``_estimate(stats, estimator, options)``;
-4. the exact privacy model: ``audit_model`` (see :mod:`common.audit`).
+4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.audit`).
 
 Adding a mechanism means adding one module and registering it; producer and aggregator
 only ever talk to this interface.
@@ -25,12 +25,12 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from common.audit import OutputModel
-from common.errors import KvldpError
-from common.estimate import Estimate
-from common.kvdata import KVData
-from common.params import InvalidParameter, Param, ParamValue, parse_params
-from common.schema import (
+from kvldp.common.audit import OutputModel
+from kvldp.common.errors import KvldpError
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.params import InvalidParameter, Param, ParamValue, parse_params
+from kvldp.common.schema import (
     Field,
     InvalidReport,
     Report,
@@ -40,7 +40,7 @@ from common.schema import (
     row,
     validate_fields,
 )
-from common.stats import Stats, StatsMismatch
+from kvldp.common.stats import Stats, StatsMismatch
 
 IntArray = NDArray[np.int64]
 Validation = tuple[NDArray[np.bool_], NDArray[np.object_]]

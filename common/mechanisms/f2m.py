@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.mechanisms.base import IntArray
-from common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
-from common.mechanisms.privkv import KEY_FRACTION
-from common.mechanisms.registry import register
-from common.params import Param
-from common.primitives import FloatArray, disc, flip, rr_keep
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
+from kvldp.common.mechanisms.privkv import KEY_FRACTION
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import Param
+from kvldp.common.primitives import FloatArray, disc, flip, rr_keep
 
 DEFAULT_VALUE = Param(
     "default_value",

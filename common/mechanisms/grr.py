@@ -15,13 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from common.em import parse_em_options
-from common.mechanisms.base import IntArray
-from common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance
-from common.mechanisms.registry import register
-from common.params import InvalidParameter
-from common.primitives import FloatArray, grr_probs
-from common.schema import Field, ReportBatch
+from kvldp.common.em import parse_em_options
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import FloatArray, grr_probs
+from kvldp.common.schema import Field, ReportBatch
 
 
 def grr_mle(counts: FloatArray, p: float, q: float) -> FloatArray:

@@ -20,11 +20,11 @@ import math
 
 import numpy as np
 
-from common.mechanisms.base import IntArray
-from common.mechanisms.itemoracle import ItemOracle
-from common.mechanisms.registry import register
-from common.primitives import FloatArray, ceil_log2, fwht, hadamard_entry
-from common.schema import Field, ReportBatch
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.itemoracle import ItemOracle
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.primitives import FloatArray, ceil_log2, fwht, hadamard_entry
+from kvldp.common.schema import Field, ReportBatch
 
 
 def lowest_set_bit(x: IntArray) -> IntArray:

@@ -14,7 +14,7 @@ unpacks the bits of a block of reports and adds their column sums.
 Estimation: the calibrated vector A_hat = (C - n q) / (p - q) estimates, without bias,
 the number of users in every joint state; any count over a product set of states is a
 sum of its cells, which is how :meth:`IOH.cell_sums` implements the
-:class:`~common.conditional.CellSumOracle` of :mod:`common.conditional`. Bits are
+:class:`~kvldp.common.conditional.CellSumOracle` of :mod:`kvldp.common.conditional`. Bits are
 perturbed independently, so the variance of a cell-set sum is exact (§11.7):
 |T| n q(1-q)/(p-q)^2 + A(T)(1-p-q)/(p-q), the second term vanishing for SUE. The two
 estimators are ``unbiased`` (A_hat) and ``normsub`` (A_hat projected onto
@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from common.audit import OutputModel, ProductModel, discrete_users
-from common.conditional import (
+from kvldp.common.audit import OutputModel, ProductModel, discrete_users
+from kvldp.common.conditional import (
     CellSums,
     ConditionalEstimate,
     ConditionalQuery,
@@ -48,15 +48,15 @@ from common.conditional import (
     joint_state_probabilities,
     joint_states,
 )
-from common.estimate import Estimate
-from common.kvdata import KVData
-from common.mechanisms.base import IntArray, Mechanism
-from common.mechanisms.registry import register
-from common.params import InvalidParameter
-from common.primitives import FloatArray, bit_column_sums, rr_keep
-from common.schema import Field, ReportBatch
-from common.simplex import project_simplex
-from common.stats import Stats
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import FloatArray, bit_column_sums, rr_keep
+from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats
 
 #: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; spec §11.8)
 MAX_D = 10
@@ -68,8 +68,8 @@ class JointStateMechanism(Mechanism):
     """A mechanism whose statistics estimate counts of users' joint key states.
 
     Subclasses implement the client, the statistics and :meth:`cell_sums` (the
-    :class:`~common.conditional.CellSumOracle` protocol); per-key estimates and
-    conditional queries then come from :mod:`common.conditional`, identically for every
+    :class:`~kvldp.common.conditional.CellSumOracle` protocol); per-key estimates and
+    conditional queries then come from :mod:`kvldp.common.conditional`, identically for every
     such mechanism.
     """
 
@@ -91,7 +91,7 @@ class JointStateMechanism(Mechanism):
     def conditional(
         self, stats: Stats, query: ConditionalQuery, estimator: str = "unbiased"
     ) -> ConditionalEstimate:
-        """f(k|C) and m(k|C) for one query (build it with :func:`common.conditional.parse_query`)."""
+        """f(k|C) and m(k|C) for one query (build it with :func:`kvldp.common.conditional.parse_query`)."""
         return self.conditional_many(stats, [query], estimator)[0]
 
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
@@ -242,7 +242,7 @@ class IOH(JointStateMechanism):
         other bit has law Bernoulli(q) under both), and the mechanism is symmetric under
         any permutation of the cells, so every pair of distinct indices has the same worst
         ratio as (0, 1); users with fractional values are mixtures of indices and never
-        exceed it (see :mod:`common.audit`).
+        exceed it (see :mod:`kvldp.common.audit`).
         """
         if exhaustive:
             users, labels = discrete_users(self.d)

@@ -43,8 +43,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from common.audit import DenseModel, OutputModel, discrete_users
-from common.conditional import (
+from kvldp.common.audit import DenseModel, OutputModel, discrete_users
+from kvldp.common.conditional import (
     ALL_STATES,
     CellSums,
     InvalidQuery,
@@ -53,14 +53,14 @@ from common.conditional import (
     joint_state_probabilities,
     joint_states,
 )
-from common.kvdata import KVData
-from common.mechanisms.base import IntArray
-from common.mechanisms.ioh import IOH, JointStateMechanism
-from common.mechanisms.registry import register
-from common.params import InvalidParameter, Param
-from common.primitives import FloatArray, hadamard_entry, rr_keep
-from common.schema import Field, ReportBatch
-from common.stats import Stats
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.ioh import IOH, JointStateMechanism
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import InvalidParameter, Param
+from kvldp.common.primitives import FloatArray, hadamard_entry, rr_keep
+from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.stats import Stats
 
 #: 2 bits per key must fit a signed 64-bit index
 MAX_D = 31

@@ -23,18 +23,18 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
-from common.em import em_counts, parse_em_options
-from common.estimate import Estimate
-from common.kvdata import InvalidUserData, KVData
-from common.mechanisms.base import IntArray, Mechanism
-from common.mechanisms.padding import sample_slots, slot_weights
-from common.params import Param
-from common.primitives import FloatArray
-from common.schema import ReportBatch
-from common.simplex import project_simplex
-from common.stats import Stats
-from common.variance import stderr
+from kvldp.common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
+from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.mechanisms.padding import sample_slots, slot_weights
+from kvldp.common.params import Param
+from kvldp.common.primitives import FloatArray
+from kvldp.common.schema import ReportBatch
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats
+from kvldp.common.variance import stderr
 
 ELL = Param(
     "ell",

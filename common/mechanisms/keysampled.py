@@ -29,16 +29,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from common.audit import DenseModel, OutputModel, discrete_users
-from common.em import em_counts, parse_em_options
-from common.estimate import Estimate
-from common.kvdata import KVData
-from common.mechanisms.base import IntArray, Mechanism
-from common.primitives import FloatArray, disc
-from common.schema import Field, ReportBatch
-from common.simplex import project_simplex
-from common.stats import Stats
-from common.variance import quad, stderr
+from kvldp.common.audit import DenseModel, OutputModel, discrete_users
+from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.primitives import FloatArray, disc
+from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats
+from kvldp.common.variance import quad, stderr
 
 #: state codes (spec §0.2): s = k*v + 1
 NEG, ABSENT, POS = 0, 1, 2

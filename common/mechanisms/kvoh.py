@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.mechanisms.base import IntArray
-from common.mechanisms.keysampled import KeySampledMechanism
-from common.mechanisms.registry import register
-from common.primitives import FloatArray, rr_keep
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.keysampled import KeySampledMechanism
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.primitives import FloatArray, rr_keep
 
 BITS = np.array([[(b >> i) & 1 for i in range(3)] for b in range(8)], dtype=np.float64)  # (pattern, bit)
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.mechanisms.base import IntArray
-from common.mechanisms.keysampled import KeySampledMechanism
-from common.mechanisms.registry import register
-from common.primitives import FloatArray, grr_probs
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.keysampled import KeySampledMechanism
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.primitives import FloatArray, grr_probs
 
 
 @register

@@ -17,13 +17,13 @@ import math
 
 import numpy as np
 
-from common.audit import DenseModel, OutputModel
-from common.mechanisms.base import IntArray
-from common.mechanisms.itemoracle import ELL, ItemOracle, bernoulli_count_variance
-from common.mechanisms.registry import register
-from common.params import Param
-from common.primitives import FloatArray, grr_probs, mix64
-from common.schema import Field, ReportBatch
+from kvldp.common.audit import DenseModel, OutputModel
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.itemoracle import ELL, ItemOracle, bernoulli_count_variance
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import Param
+from kvldp.common.primitives import FloatArray, grr_probs, mix64
+from kvldp.common.schema import Field, ReportBatch
 
 #: hash evaluations per fold block (bounds the (reports, D) temporary)
 _BLOCK = 1 << 22

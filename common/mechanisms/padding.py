@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from common.kvdata import KVData
-from common.primitives import FloatArray, IntArray
+from kvldp.common.kvdata import KVData
+from kvldp.common.primitives import FloatArray, IntArray
 
 
 def sample_slots(

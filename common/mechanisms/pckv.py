@@ -67,19 +67,19 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
-from common.em import em_counts, parse_em_options
-from common.estimate import Estimate
-from common.kvdata import KVData
-from common.mechanisms.base import IntArray, Mechanism
-from common.mechanisms.padding import sample_slots, slot_weights
-from common.mechanisms.registry import register
-from common.params import InvalidParameter, Param
-from common.primitives import FloatArray, bit_column_sums, disc, flip, rr_keep
-from common.schema import Field, ReportBatch
-from common.simplex import project_simplex
-from common.stats import Stats
-from common.variance import ratio_variance, stderr
+from kvldp.common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
+from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.mechanisms.padding import sample_slots, slot_weights
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import InvalidParameter, Param
+from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip, rr_keep
+from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats
+from kvldp.common.variance import ratio_variance, stderr
 
 ELL = Param(
     "ell",
@@ -448,7 +448,7 @@ class PCKV(Mechanism):
         return self.d <= 20 and self._audit_size_ok(3**self.d, self._n_audit_outputs(self.d))
 
     def audit_model(self, exhaustive: bool) -> OutputModel:
-        """Exact Pr[output | discrete user] (values +-1; see :mod:`common.audit`).
+        """Exact Pr[output | discrete user] (values +-1; see :mod:`kvldp.common.audit`).
 
         Exhaustive: all 3^d users and every output. Reduced: users over the sub-domain of
         the first m = min(d, 2 ell) keys holding at most ell pairs. That loses nothing:

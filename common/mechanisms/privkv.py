@@ -30,15 +30,15 @@ from typing import Any
 
 import numpy as np
 
-from common.em import em_counts, parse_em_options
-from common.estimate import Estimate
-from common.mechanisms.base import IntArray
-from common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
-from common.mechanisms.registry import register
-from common.params import Param
-from common.primitives import FloatArray, disc, flip, rr_keep
-from common.stats import Stats
-from common.variance import ratio_variance, stderr
+from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.estimate import Estimate
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import Param
+from kvldp.common.primitives import FloatArray, disc, flip, rr_keep
+from kvldp.common.stats import Stats
+from kvldp.common.variance import ratio_variance, stderr
 
 KEY_FRACTION = Param(
     "key_fraction",

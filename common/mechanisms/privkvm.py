@@ -15,7 +15,7 @@ Every report carries its round ``r`` and ``md``, the digest of the means it pert
 with (:func:`means_digest`), so a server can tell a report built on other means. Live, the
 aggregator closes a round by its policy (``round_min_reports`` reports and
 ``round_period`` elapsed) and publishes the next means on a control topic (see
-:mod:`common.control`); ``collect`` runs the same rounds in-process on one population,
+:mod:`kvldp.common.control`); ``collect`` runs the same rounds in-process on one population,
 each round on the means computed from the rounds before it. With ``adaptive`` the rounds
 stop early by PrivKVM+'s rule (spec §5, reconstructed): after the first round r whose
 means moved by at most ``a0`` on average, mean_k |m^(r) - m^(r-1)| <= a0.
@@ -49,12 +49,12 @@ from typing import Any
 
 import numpy as np
 
-from common.audit import OutputModel, ProductModel, discrete_users
-from common.em import em_counts, parse_em_options
-from common.estimate import Estimate
-from common.kvdata import KVData
-from common.mechanisms.base import COLLECT_CHUNK, IntArray, Mechanism
-from common.mechanisms.keysampled import (
+from kvldp.common.audit import OutputModel, ProductModel, discrete_users
+from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import COLLECT_CHUNK, IntArray, Mechanism
+from kvldp.common.mechanisms.keysampled import (
     ABSENT,
     F_ROW,
     NEG,
@@ -64,15 +64,15 @@ from common.mechanisms.keysampled import (
     sampled_count_covariance,
     states_of,
 )
-from common.mechanisms.privkv import lpp_perturb, lpp_transition
-from common.mechanisms.registry import register
-from common.params import InvalidParameter, Param
-from common.primitives import FloatArray, rr_keep
-from common.privacy import InvalidPrivacy, parse_duration
-from common.schema import Field, Report, ReportBatch, concat, row
-from common.simplex import project_simplex
-from common.stats import Stats
-from common.variance import delta_variance, stderr
+from kvldp.common.mechanisms.privkv import lpp_perturb, lpp_transition
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.params import InvalidParameter, Param
+from kvldp.common.primitives import FloatArray, rr_keep
+from kvldp.common.privacy import InvalidPrivacy, parse_duration
+from kvldp.common.schema import Field, Report, ReportBatch, concat, row
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats
+from kvldp.common.variance import delta_variance, stderr
 
 RECONSTRUCTED = "PrivKVM is reconstructed (spec §5): the original paper was not retrievable"
 #: virtual iterations of the ``virtual`` estimator when the parameter is 0 (PCKV's "1r5v")

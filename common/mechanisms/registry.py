@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from common.mechanisms.base import Mechanism
-from common.params import InvalidParameter
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.params import InvalidParameter
 
 _REGISTRY: dict[str, type[Mechanism]] = {}
 M = TypeVar("M", bound=type[Mechanism])

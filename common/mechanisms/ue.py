@@ -17,11 +17,11 @@ from typing import ClassVar
 
 import numpy as np
 
-from common.mechanisms.base import IntArray
-from common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance, enumerate_bit_outputs
-from common.mechanisms.registry import register
-from common.primitives import FloatArray, bit_column_sums, pack_bits
-from common.schema import Field, ReportBatch
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance, enumerate_bit_outputs
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.primitives import FloatArray, bit_column_sums, pack_bits
+from kvldp.common.schema import Field, ReportBatch
 
 #: users perturbed per block (bounds the (users, D) random matrix)
 _ROWS_PER_BLOCK_BITS = 1 << 24

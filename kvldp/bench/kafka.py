@@ -10,7 +10,7 @@ least a Kafka client can do with the same records:
   completion. Both rates are measured from the first record in hand to the last one
   consumed (group join and start-up are excluded for both), so the ratio is the cost of
   decoding, validating, de-duplicating, budgeting and folding per message.
-* produce — simulated devices publish through :class:`~producer.collector.Collector`
+* produce — simulated devices publish through :class:`~kvldp.producer.collector.Collector`
   (perturb, encode, send), against a bare ``AIOKafkaProducer`` sending the same bytes,
   encoded beforehand, with the same producer settings (``acks=all``, the SDK's default)
   and the same in-flight window.
@@ -31,16 +31,16 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from aggregator.service import FETCH_BYTES, MAX_RECORDS, Aggregator
-from aggregator.topics import ensure_topics
-from common.collection import Collection, parse_collection
-from common.kafka_config import KafkaConfig
-from common.kafka_start import start_or_close
-from common.kvdata import KVData
-from common.wire import WireFormat
+from kvldp.aggregator.service import FETCH_BYTES, MAX_RECORDS, Aggregator
+from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker import EmbeddedBroker
-from producer import simulate
-from producer.collector import MAX_IN_FLIGHT, Collector, device_key
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.kafka_config import KafkaConfig
+from kvldp.common.kafka_start import start_or_close
+from kvldp.common.kvdata import KVData
+from kvldp.common.wire import WireFormat
+from kvldp.producer import simulate
+from kvldp.producer.collector import MAX_IN_FLIGHT, Collector, device_key
 
 #: the collection every Kafka benchmark uses (documented in docs/performance.md)
 BENCH_MECHANISM = "kvue"
@@ -236,7 +236,7 @@ INGEST_COLUMNS = ["case", "messages", "bare_messages_per_s", "kvldp_reports_per_
 
 
 def _producer(collection: Collection, kafka: KafkaConfig) -> AIOKafkaProducer:
-    """The producer settings of :class:`~producer.collector.Collector`, for the baseline."""
+    """The producer settings of :class:`~kvldp.producer.collector.Collector`, for the baseline."""
     return AIOKafkaProducer(
         **kafka.client_options("kvldp-bench-bare"),
         acks="all",

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from common.conditional import ConditionalQuery
-from common.mechanisms import create, get, names
-from common.mechanisms.base import Mechanism
-from common.mechanisms.ioh import JointStateMechanism
-from common.schema import batch_len
-from common.stats import Stats
+from kvldp.common.conditional import ConditionalQuery
+from kvldp.common.mechanisms import create, get, names
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.common.schema import batch_len
+from kvldp.common.stats import Stats
+from kvldp.producer.datasets import generate
 from kvldp.progress import Progress
-from producer.datasets import generate
 
 #: joint-state mechanisms are benchmarked at these key counts (their cost grows with d)
 JOINT_STATE_KEYS = (4, 8)
@@ -212,7 +212,7 @@ def bench_refit_scaling(
     depend on how many reports were folded; the ratio shows it (median of ``repeats``).
     ``em`` is timed twice: from the uniform start, and warm-started from the fit of the
     first 90% of the reports, as the aggregator refits a live window
-    (:mod:`aggregator.refit`).
+    (:mod:`kvldp.aggregator.refit`).
     """
     rows = []
     chosen = mechanisms or names()

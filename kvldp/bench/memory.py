@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.collection import collection_toml
-from common.kafka_config import KafkaConfig
 from kvldp.bench.kafka import STALL_S, bench_collection, fill
 from kvldp.broker import EmbeddedBroker
+from kvldp.common.collection import collection_toml
+from kvldp.common.kafka_config import KafkaConfig
 from kvldp.reliability.processes import AggregatorProcess, total
 
 #: the memory target of the performance issue (RSS at the last checkpoint / at the first)

@@ -48,15 +48,15 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from common.errors import KvldpError
-from common.mechanisms import create
-from common.mechanisms.base import IntArray
-from common.mechanisms.itemoracle import ItemOracle
-from common.params import InvalidParameter
-from common.primitives import FloatArray
-from common.schema import ReportBatch
+from kvldp.common.errors import KvldpError
+from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.itemoracle import ItemOracle
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import FloatArray
+from kvldp.common.schema import ReportBatch
+from kvldp.producer.datasets import generate
 from kvldp.progress import Progress
-from producer.datasets import generate
 
 #: mechanisms both peers implement
 MECHANISMS = ("grr", "oue", "olh")

@@ -1,7 +1,7 @@
 """``kvldp bench rounds``: PrivKVM's rounds streamed live against the in-process reference.
 
 For each number of rounds c, an embedded broker, an in-process aggregator and a
-simulated fleet (:class:`~producer.round_fleet.RoundFleet`) run the c rounds live
+simulated fleet (:class:`~kvldp.producer.round_fleet.RoundFleet`) run the c rounds live
 (``round_period`` 1 s, ``round_min_reports`` = the fleet, so every round closes on every
 device's report). Each live run is checked against ``collect`` with the same generator
 (the statistics must be identical); the live runs' MSE of the means after the last
@@ -24,14 +24,14 @@ from typing import Any
 
 import numpy as np
 
-from aggregator.service import Aggregator
-from common.collection import Collection, parse_collection
-from common.kvdata import KVData
-from common.mechanisms.privkvm import PrivKVM
+from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker
-from producer import simulate
-from producer.collector import Collector
-from producer.round_fleet import RoundFleet, RoundReport
+from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.privkvm import PrivKVM
+from kvldp.producer import simulate
+from kvldp.producer.collector import Collector
+from kvldp.producer.round_fleet import RoundFleet, RoundReport
 
 ROUNDS_COLUMNS = [
     "rounds",

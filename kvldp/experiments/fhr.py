@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from common.estimate import Estimate
-from common.primitives import FloatArray
+from kvldp.common.estimate import Estimate
+from kvldp.common.primitives import FloatArray
 from kvldp.experiments.metrics import top_k_metrics
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row
 

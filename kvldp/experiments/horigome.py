@@ -15,7 +15,7 @@ import numpy as np
 
 from kvldp.advise import advise
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row
-from producer.datasets import horigome_profile
+from kvldp.producer.datasets import horigome_profile
 
 D = 50
 PANELS = {"Gaussian": "gaussian", "Power-law": "powerlaw", "Linear": "linear"}

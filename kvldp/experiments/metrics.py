@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.primitives import FloatArray, IntArray
+from kvldp.common.primitives import FloatArray, IntArray
 
 
 def top(values: FloatArray, k: int) -> IntArray:

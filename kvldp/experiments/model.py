@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.conditional import ConditionalQuery
-from common.estimate import Estimate
-from common.primitives import FloatArray
+from kvldp.common.conditional import ConditionalQuery
+from kvldp.common.estimate import Estimate
+from kvldp.common.primitives import FloatArray
 
 Row = dict[str, Any]
 

@@ -14,14 +14,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from common.mechanisms import create
+from kvldp.common.mechanisms import create
 from kvldp.evaluate import evaluate
 from kvldp.experiments.model import Cell, Experiment, Row
 from kvldp.experiments.plots import plot
 from kvldp.experiments.report import markdown
 from kvldp.predict import predict
+from kvldp.producer import datasets
 from kvldp.progress import Progress
-from producer import datasets
 
 CSV_FIXED = (
     "experiment", "panel", "x", "series", "role", "dataset", "users", "keys", "epsilon", "mechanism",

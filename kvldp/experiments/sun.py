@@ -3,14 +3,14 @@
 
 Fig. 1 populations are the spec's generator for D0's "uniform" and "Gaussian" data
 (100 keys, 10^5 users). Fig. 6-7 use the ``conditional`` population (correlated keys,
-so conditioning changes the answer; see :mod:`producer.datasets`), every ordered pair
+so conditioning changes the answer; see :mod:`kvldp.producer.datasets`), every ordered pair
 (k | c = 1) and (k | c = 0) as queries.
 """
 
 from __future__ import annotations
 
-from common.conditional import ConditionalQuery, parse_query
 from kvldp.advise import advise
+from kvldp.common.conditional import ConditionalQuery, parse_query
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row
 
 FIG1_EPSILONS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 3.0, 4.0, 5.0)

@@ -15,8 +15,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from common.schema import Field
-from common.wire import WireFormat
+from kvldp.common.schema import Field
+from kvldp.common.wire import WireFormat
 
 #: the reason is data-dependent (random bytes may parse as anything)
 ANY = "*"

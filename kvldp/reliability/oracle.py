@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from aggregator.offline import fold_recording
-from aggregator.state import AggregatorState
-from common.collection import Collection
-from producer.recording import record
+from kvldp.aggregator.offline import fold_recording
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection
+from kvldp.producer.recording import record
 
 
 async def replay_oracle(

@@ -18,7 +18,7 @@ from typing import IO
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from common.errors import KvldpError
+from kvldp.common.errors import KvldpError
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -30,13 +30,13 @@ import numpy as np
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient
 
-from aggregator.state import AggregatorState, CheckpointStore
-from aggregator.statetopic import StateFollower, decode
-from common.collection import Collection, collection_toml, parse_collection
-from common.schema import Report, ReportBatch
-from common.stats import Stats
-from common.wire import REASONS, WireFormat
+from kvldp.aggregator.state import AggregatorState, CheckpointStore
+from kvldp.aggregator.statetopic import StateFollower, decode
 from kvldp.broker import EmbeddedBroker, free_port
+from kvldp.common.collection import Collection, collection_toml, parse_collection
+from kvldp.common.schema import Report, ReportBatch
+from kvldp.common.stats import Stats
+from kvldp.common.wire import REASONS, WireFormat
 from kvldp.reliability import NAMES
 from kvldp.reliability.hostile import ANY, HostileFactory
 from kvldp.reliability.oracle import replay_oracle

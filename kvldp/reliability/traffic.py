@@ -12,11 +12,11 @@ import numpy as np
 from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
-from common.collection import Collection
-from common.schema import ReportBatch, row
-from common.stats import Stats
-from common.wire import WireFormat
-from producer import simulate
+from kvldp.common.collection import Collection
+from kvldp.common.schema import ReportBatch, row
+from kvldp.common.stats import Stats
+from kvldp.common.wire import WireFormat
+from kvldp.producer import simulate
 
 #: sends in flight before waiting for acknowledgements
 IN_FLIGHT = 2000

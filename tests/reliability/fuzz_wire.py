@@ -11,9 +11,9 @@ import sys
 
 import atheris
 
-with atheris.instrument_imports(include=["common"]):
-    from common.collection import parse_collection
-    from common.wire import REASONS, WireFormat
+with atheris.instrument_imports(include=["kvldp.common"]):
+    from kvldp.common.collection import parse_collection
+    from kvldp.common.wire import REASONS, WireFormat
 
 NOW_MS = 1_800_000_000_000
 WIRES = [

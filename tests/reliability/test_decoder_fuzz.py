@@ -15,9 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.collection import InvalidCollection, parse_collection
-from common.mechanisms import names
-from common.wire import REASONS, WireFormat
+from kvldp.common.collection import InvalidCollection, parse_collection
+from kvldp.common.mechanisms import names
+from kvldp.common.wire import REASONS, WireFormat
 from kvldp.reliability.hostile import ANY, HostileFactory
 
 NOW_MS = 1_800_000_000_000
