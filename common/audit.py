@@ -1,20 +1,8 @@
 """Exact privacy audit: max over inputs x, x' and outputs z of ln Pr[z|x] / Pr[z|x'].
 
-Mechanisms describe their exact output distribution for a finite set of inputs:
-
-* :class:`DenseModel` — a matrix Pr[z | x] over enumerated outputs;
-* :class:`ProductModel` — independent coordinates (bit vectors, protocol rounds):
-  Pr[z | x] = prod_c f[x, c, z_c]. The worst output is then found coordinate by
-  coordinate, which is exact and avoids enumerating 2^C outputs. A coordinate may have
-  several public *scenarios* (e.g. PrivKVM's published means); the adversary picks the
-  worst one for each coordinate.
-
-Why finitely many inputs suffice: a value v in [-1, 1] enters every mechanism only
-through Disc(v), so a user's output distribution is a mixture of the distributions of
-users whose values are +-1; a ratio of mixtures never exceeds the largest ratio of
-their components. The exhaustive input set is therefore every user over the d keys
-with values in {-1, +1} (3^d users). Mechanisms may also supply a reduced set justified
-by symmetry; the test suite checks reduced == exhaustive wherever both can run.
+Each mechanism declares its exact output distribution over a finite input set (an
+:mod:`~kvldp.common.output_model`); this module takes the maximum log ratio over every
+pair of inputs and every output, exactly, and compares it with the mechanism's epsilon.
 
 FLDP (FHR, spec §10) is audited on its own terms: the ratio is taken over outputs in
 the intersection of the two supports, and eta = min |R(t) ∩ R(t')| / max(|R(t)|, |R(t')|).
@@ -22,7 +10,6 @@ the intersection of the two supports, and eta = min |R(t) ∩ R(t')| / max(|R(t)
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -30,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
+from kvldp.common.output_model import DenseModel, OutputModel
 
 if TYPE_CHECKING:
     from kvldp.common.mechanisms.base import Mechanism
@@ -41,35 +27,11 @@ TOLERANCE = 1e-9
 _CHUNK = 1 << 22
 
 
-class AuditTooLarge(KvldpError):
-    """The exact model would enumerate too many inputs or outputs for this configuration."""
-
-
-@dataclass(frozen=True)
-class DenseModel:
-    """Exact Pr[z | x]: ``probs`` is (inputs, outputs); rows sum to one."""
-
-    probs: FloatArray
-    inputs: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ProductModel:
-    """Pr[z | x] = prod_c factors[x, c, r_c, z_c] with adversarial public scenario r_c.
-
-    ``factors`` is (inputs, coordinates, scenarios, symbols); for every (x, c, r) the
-    symbols sum to one.
-    """
-
-    factors: FloatArray
-    inputs: tuple[str, ...]
-
-
-OutputModel = DenseModel | ProductModel
-
-
 @dataclass(frozen=True)
 class AuditResult:
+    """The outcome of one audit: the exact max log ratio, the epsilon it is checked against,
+    and the pair of inputs that attains it."""
+
     mechanism: str
     epsilon: float
     notion: str
@@ -164,25 +126,6 @@ def fldp_eta(model: DenseModel) -> float:
     ratio = inter / denom
     np.fill_diagonal(ratio, np.inf)
     return float(ratio.min()) if ratio.shape[0] > 1 else 1.0
-
-
-def discrete_users(
-    d: int, max_size: int | None = None, signs: tuple[int, ...] = (-1, 1), exact_size: int | None = None
-) -> tuple[KVData, tuple[str, ...]]:
-    """Every user over ``d`` keys whose values lie in ``signs`` (default {-1, +1}), optionally
-    with at most ``max_size`` (or exactly ``exact_size``) pairs, and a readable label for
-    each (``{}`` is the user holding nothing)."""
-    users: list[dict[int, float]] = []
-    labels: list[str] = []
-    for states in itertools.product((0, *signs), repeat=d):
-        held = {k: float(s) for k, s in enumerate(states) if s != 0}
-        if max_size is not None and len(held) > max_size:
-            continue
-        if exact_size is not None and len(held) != exact_size:
-            continue
-        users.append(held)
-        labels.append("{" + ", ".join(f"{k}:{int(v):+d}" for k, v in held.items()) + "}")
-    return KVData.from_pairs(d, users), tuple(labels)
 
 
 def audit(mechanism: Mechanism, exhaustive: bool | None = None) -> AuditResult:

@@ -7,13 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.audit import DenseModel, audit, max_log_ratio
+from kvldp.common.audit import audit, max_log_ratio
 from kvldp.common.em import em_counts
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.fhr import FHR
 from kvldp.common.mechanisms.grr import GRR, grr_mle
 from kvldp.common.mechanisms.olh import olh_hash
+from kvldp.common.output_model import DenseModel
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import fwht, hadamard_entry, mix64
 from kvldp.common.stats import Stats

@@ -25,10 +25,10 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.audit import OutputModel
 from kvldp.common.errors import KvldpError
 from kvldp.common.estimate import Estimate
 from kvldp.common.kvdata import KVData
+from kvldp.common.output_model import OutputModel
 from kvldp.common.params import InvalidParameter, Param, ParamValue, parse_params
 from kvldp.common.schema import (
     Field,

@@ -26,12 +26,12 @@ from typing import ClassVar
 
 import numpy as np
 
-from kvldp.common.audit import DenseModel, OutputModel
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.hr import uniform_in_half
 from kvldp.common.mechanisms.itemoracle import ItemOracle
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.output_model import DenseModel, OutputModel
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, ceil_log2, fwht, hadamard_entry
 from kvldp.common.schema import Field, ReportBatch

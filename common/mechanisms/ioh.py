@@ -35,7 +35,6 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.audit import OutputModel, ProductModel, discrete_users
 from kvldp.common.conditional import (
     CellSums,
     ConditionalEstimate,
@@ -52,6 +51,7 @@ from kvldp.common.estimate import Estimate
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, bit_column_sums, rr_keep
 from kvldp.common.schema import Field, ReportBatch

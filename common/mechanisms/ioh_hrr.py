@@ -43,7 +43,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvldp.common.audit import DenseModel, OutputModel, discrete_users
 from kvldp.common.conditional import (
     ALL_STATES,
     CellSums,
@@ -57,6 +56,7 @@ from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.ioh import IOH, JointStateMechanism
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
 from kvldp.common.params import InvalidParameter, Param
 from kvldp.common.primitives import FloatArray, hadamard_entry, rr_keep
 from kvldp.common.schema import Field, ReportBatch

@@ -23,12 +23,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvldp.common.audit import AuditTooLarge, DenseModel, OutputModel, discrete_users
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.padding import sample_slots, slot_weights
+from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
 from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray
 from kvldp.common.schema import ReportBatch

@@ -29,11 +29,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvldp.common.audit import DenseModel, OutputModel, discrete_users
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
 from kvldp.common.primitives import FloatArray, disc
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.simplex import project_simplex

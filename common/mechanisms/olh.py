@@ -17,10 +17,10 @@ import math
 
 import numpy as np
 
-from kvldp.common.audit import DenseModel, OutputModel
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ELL, ItemOracle, bernoulli_count_variance
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.output_model import DenseModel, OutputModel
 from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray, grr_probs, mix64
 from kvldp.common.schema import Field, ReportBatch
