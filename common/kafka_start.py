@@ -36,6 +36,9 @@ class KafkaStartError(KvldpError):
 
 
 class _Client(Protocol):
+    """What :func:`start_or_close` needs of a client: aiokafka producers, consumers and admin
+    clients all fit."""
+
     async def start(self) -> None: ...
 
 

@@ -32,6 +32,8 @@ class InvalidRecording(KvldpError):
 
 @dataclass(frozen=True)
 class RecordedMessage:
+    """One report message as it was read from Kafka, with the metadata a replay restores."""
+
     partition: int
     offset: int
     timestamp: int
@@ -41,6 +43,8 @@ class RecordedMessage:
 
 @dataclass(frozen=True)
 class RecordingHeader:
+    """What a recording is of: the collection (name and digest) and the topic it was read from."""
+
     collection: str
     digest: int
     topic: str

@@ -47,6 +47,8 @@ CANDIDATES: dict[str, tuple[str, dict[str, Any], str]] = {
 
 @dataclass(frozen=True)
 class Advice:
+    """One ranked candidate: a mechanism with its parameters and estimator, its predicted errors, and why."""
+
     mechanism: str
     params: dict[str, Any]
     estimator: str

@@ -28,6 +28,8 @@ from kvldp.progress import Progress
 
 @dataclass(frozen=True)
 class RepeatScore:
+    """The errors of one repeat of an evaluation: MSE and MAE of frequencies and of means."""
+
     mse_frequency: float
     mae_frequency: float
     mse_mean: float

@@ -6,7 +6,7 @@ internal loopback port behind stunnel, which terminates TLS on the public port a
 forwards each connection, unencrypted, to Tansu. The internal port stays plain TCP on
 127.0.0.1: this protects nothing from other users of the machine, and is not meant to.
 
-stunnel runs in the foreground as a child process (its own session, like Tansu), with
+stunnel runs in the foreground as a child process (in a process group of its own, like Tansu), with
 its configuration in a temporary directory and its output in a temporary file, both
 removed by :meth:`TlsProxy.stop`.
 """

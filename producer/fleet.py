@@ -7,9 +7,9 @@ devices redraw their pairs (their rows of a fresh draw of the dataset, with a se
 own per period). Each device keeps its own secret and state across periods in the
 collector's fleet, so memoized devices whose state did not change re-send for free.
 
-Period ``p`` of ``P`` reports at ``now - (P - 1 - p) * period_s``, through a simulated
-clock the collector must be built with; ``period_s`` is the collection's
-``report_period``, or an hour without one.
+Period ``p`` of ``P`` reports at ``t - (P - 1 - p) * period_s``, ``t`` the clock time at
+construction (or the time given), through a simulated clock the collector must be built
+with; ``period_s`` is the collection's ``report_period``, or an hour without one.
 """
 
 from __future__ import annotations

@@ -34,6 +34,9 @@ DEFAULT_VALUE = Param(
 
 @register
 class F2M(KeySampledMechanism):
+    """F2M: the sampled key's bit by randomized response at eps1, its value by VPP at eps2, a
+    default value for non-holders."""
+
     name = "f2m"
     summary = "F2M: sampled key bit RR(eps1) and value VPP(eps2) with a default value (Sun et al. D0)"
     symbol_field = "c"

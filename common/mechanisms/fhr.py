@@ -39,6 +39,9 @@ from kvldp.common.schema import Field, ReportBatch
 
 @register
 class FHR(ItemOracle):
+    """Flexible Hadamard response over keys plus dummies; its guarantee is (eps, 0.5)-FLDP, audited
+    as such."""
+
     name = "fhr"
     summary = "flexible Hadamard response: (eps, 0.5)-FLDP, not eps-LDP (Zhao et al. D1)"
     notion: ClassVar[str] = "fldp"

@@ -43,6 +43,8 @@ def grr_mle(counts: FloatArray, p: float, q: float) -> FloatArray:
 
 @register
 class GRR(ItemOracle):
+    """Generalized randomized response over the keys and ``none``: one symbol per report."""
+
     name = "grr"
     summary = "generalized randomized response over keys + none (frequency oracle)"
 

@@ -45,6 +45,8 @@ def uniform_in_half(rows: IntArray, sign: IntArray, size: int, rng: np.random.Ge
 
 @register
 class HR(ItemOracle):
+    """Hadamard response: one row index of a Hadamard matrix per report, log2(K) bits."""
+
     name = "hr"
     summary = "Hadamard response (Acharya-Sun-Zhang): one log2(K)-bit index (frequency oracle)"
 

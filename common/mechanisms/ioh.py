@@ -119,6 +119,9 @@ class JointStateMechanism(Mechanism):
 
 @register
 class IOH(JointStateMechanism):
+    """Indexing one-hot: the one-hot of a user's joint state over all d keys, every bit by
+    randomized response at eps/2."""
+
     name = "ioh"
     summary = "IOH: one-hot of the joint state of all keys (3^d bits), per-bit RR at eps/2 (Sun et al. D0 §V)"
 

@@ -70,6 +70,9 @@ _EXPECTED_CELLS = 1 << 22
 
 @register
 class IOHOUE(IOH):
+    """IOH whose bits use optimised unary encoding (p = 1/2, q = 1/(e^eps + 1)): the same report,
+    lower variance."""
+
     name = "ioh_oue"
     summary = "IOH with optimised unary encoding bits (p = 1/2, q = 1/(e^eps+1)): same report, lower variance"
 
@@ -104,6 +107,9 @@ def state_codes(states: IntArray) -> IntArray:
 
 @register
 class IOHHRR(JointStateMechanism):
+    """Low-order Hadamard responses over the joint state: a few bits per report, queries over at
+    most ``order`` keys."""
+
     name = "ioh_hrr"
     summary = "low-order Hadamard joint-state reports: ~10 bits, O(1) fold, queries over <= order keys"
     estimator_names = ("unbiased",)

@@ -25,6 +25,8 @@ BITS = np.array([[(b >> i) & 1 for i in range(3)] for b in range(8)], dtype=np.f
 
 @register
 class KVOH(KeySampledMechanism):
+    """KVOH: the one-hot of the sampled key's three states, every bit by randomized response at eps/2."""
+
     name = "kvoh"
     summary = "KVOH: one-hot of the sampled key's state, per-bit RR at eps/2 (Sun et al. D0)"
     symbol_field = "b"

@@ -21,6 +21,8 @@ from kvldp.common.primitives import FloatArray, grr_probs
 
 @register
 class KVUE(KeySampledMechanism):
+    """KVUE: generalized randomized response over the sampled key's three states."""
+
     name = "kvue"
     summary = "KVUE / state encoding: GRR over the sampled key's 3 states (Sun et al. D0, D3)"
     symbol_field = "s"

