@@ -34,7 +34,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from kvldp.aggregator.service import FETCH_BYTES, MAX_RECORDS, Aggregator
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker import EmbeddedBroker
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kafka_config import KafkaConfig
 from kvldp.common.kafka_start import start_or_close
 from kvldp.common.kvdata import KVData
@@ -50,7 +51,7 @@ POLL_S = 0.002
 #: a benchmark that makes no progress for this long has failed
 STALL_S = 120.0
 
-#: the ingest targets of the performance issue
+#: kvldp's ingest performance targets
 INGEST_RATIO_TARGET = 0.8
 BATCHED_RATE_TARGET = 5_000_000
 PRODUCE_RATIO_TARGET = 0.8

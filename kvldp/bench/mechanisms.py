@@ -167,7 +167,7 @@ def _bench_two_way(
     return rows
 
 
-#: the refit-scaling target of the performance issue (time at the larger n / the smaller)
+#: kvldp's refit-scaling target (time at the larger n / the smaller)
 REFIT_SCALING_TARGET = 1.2
 #: users simulated per step while building the large collection (bounds memory)
 SCALING_STEP = 1_000_000

@@ -18,11 +18,11 @@ from typing import Any
 
 from kvldp.bench.kafka import STALL_S, bench_collection, fill
 from kvldp.broker import EmbeddedBroker
-from kvldp.common.collection import collection_toml
+from kvldp.common.collection_file import collection_toml
 from kvldp.common.kafka_config import KafkaConfig
 from kvldp.reliability.processes import AggregatorProcess, total
 
-#: the memory target of the performance issue (RSS at the last checkpoint / at the first)
+#: kvldp's memory target (RSS at the last checkpoint / at the first)
 MEMORY_RATIO_TARGET = 1.1
 #: reports per message while filling (the fill is not what is measured)
 PER_MESSAGE = 1000

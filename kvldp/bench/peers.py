@@ -79,7 +79,7 @@ SAME_REPORTS = "same reports"
 SAME_INPUTS = "same inputs"
 
 #: table columns: speedup = peer_seconds / kvldp_seconds; mse_ratio = kvldp_mse / peer_mse
-#: (at most 1.05 meets the issue's "equal MSE"); max_abs_diff only on same-report rows
+#: (at most 1.05 meets the target's "equal MSE"); max_abs_diff only on same-report rows
 COLUMNS: list[str] = [
     "mechanism",
     "peer",
