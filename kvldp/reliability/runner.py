@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from kvldp.broker import EmbeddedBroker
-from kvldp.reliability.scenarios import SCALES, Outcome, run
+from kvldp.reliability.scenarios import SCALES, run
+from kvldp.reliability.scenarios.outcome import Outcome
 
 
 def run_scenarios(names: list[str], scale: str, keep: Path | None = None) -> list[tuple[Outcome, float]]:

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from kvldp.broker import EmbeddedBroker
-from kvldp.reliability.scenarios import SCALES, Outcome, run
+from kvldp.reliability.scenarios import SCALES, run
+from kvldp.reliability.scenarios.outcome import Outcome
 
 pytestmark = pytest.mark.asyncio
 

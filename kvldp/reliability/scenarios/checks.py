@@ -1,0 +1,36 @@
+"""The checks the scenarios share against their oracles.
+
+:func:`fold_parts` is the independent fold of the reports a scenario published (computed
+without Kafka); :func:`compare` checks an aggregator's integer statistics against it and
+against the linear-replay oracle of :mod:`kvldp.reliability.oracle`.
+"""
+
+from __future__ import annotations
+
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection
+from kvldp.common.schema import ReportBatch
+from kvldp.common.stats import Stats
+from kvldp.reliability.scenarios.outcome import Outcome
+
+
+def fold_parts(collection: Collection, parts: list[ReportBatch]) -> Stats:
+    stats = collection.mechanism.new_stats()
+    for part in parts:
+        stats.fold(part)
+    return stats
+
+
+def compare(outcome: Outcome, got: AggregatorState, oracle: AggregatorState, expected: Stats | None) -> None:
+    outcome.check(got.all_stats() == oracle.all_stats(), "statistics equal the linear-replay oracle")
+    if expected is not None:
+        outcome.check(
+            got.all_stats() == expected, "statistics equal the independent fold of the published reports"
+        )
+    offsets = {p: s.next_offset for p, s in got.partitions.items() if s.next_offset}
+    outcome.check(
+        offsets == {p: s.next_offset for p, s in oracle.partitions.items() if s.next_offset},
+        f"every partition read to its end: {offsets}",
+    )
+    outcome.figures["reports_folded"] = got.reports_total
+    outcome.figures["oracle_reports"] = oracle.reports_total
