@@ -28,7 +28,8 @@ from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.offline import estimates_json, fold_recording
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker, port_in_use
-from kvldp.common.collection import Collection, load_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import load_collection
 from kvldp.common.control import control_topic, interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.kafka_config import KafkaConfig
@@ -36,7 +37,8 @@ from kvldp.common.kvdata import KVData
 from kvldp.common.recording import InvalidRecording, read_recording
 from kvldp.kafka_cli import kafka_settings
 from kvldp.producer import simulate
-from kvldp.producer.collector import Collector, check_batching
+from kvldp.producer.batching import check_batching
+from kvldp.producer.collector import Collector
 from kvldp.producer.csvsource import read_devices
 from kvldp.producer.ratings import is_ratings_file, read_ratings
 from kvldp.producer.recording import record, replay
@@ -325,6 +327,6 @@ def replay_file(args: argparse.Namespace) -> int:
 
 def collection_or_demo(path: str | None, default: dict[str, Any]) -> Collection:
     """The collection file given, or the built-in one."""
-    from kvldp.common.collection import parse_collection
+    from kvldp.common.collection_file import parse_collection
 
     return load_collection(path) if path else parse_collection(default, source="built-in demo collection")

@@ -11,7 +11,8 @@ replays are built from (:mod:`~kvldp.producer.simulate`, :mod:`~kvldp.producer.f
 :mod:`~kvldp.producer.recording`).
 """
 
-from kvldp.common.collection import Collection, load_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import load_collection
 from kvldp.common.errors import KvldpError
 from kvldp.common.kafka_config import KafkaConfig
 from kvldp.common.kafka_start import KafkaStartError

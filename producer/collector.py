@@ -3,7 +3,8 @@
 ``Collector(collection, bootstrap_servers=...)`` — or, for a secured cluster,
 ``Collector(collection, kafka_config="client.properties")`` (see
 :mod:`kvldp.common.kafka_config`) — maps key names to indices, normalises
-raw values into [-1, 1] with the collection's ``value_range``, perturbs with the
+raw values into [-1, 1] with the collection's ``value_range`` (see
+:mod:`kvldp.producer.pairs`), perturbs with the
 collection's mechanism (from :mod:`common`) using an RNG seeded from the operating
 system — unpredictable to the server — and publishes msgpack reports (see
 :mod:`kvldp.common.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
@@ -18,6 +19,7 @@ acknowledgement loses the report); ``0`` waits for nothing (fire-and-forget tele
 
 A gateway (or a simulator) that speaks for many devices may pack up to ``batch_size``
 reports per Kafka message; each batch stays under the collection's message size cap.
+Some collections need one report per message (:mod:`kvldp.producer.batching`).
 
 A collection with a ``[privacy]`` table makes every device follow the spending rule of
 :mod:`kvldp.common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
@@ -53,7 +55,9 @@ import numpy as np
 from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
-from kvldp.common.collection import Collection, InvalidCollection, load_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_fields import InvalidCollection
+from kvldp.common.collection_file import load_collection
 from kvldp.common.control import Control, interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.kafka_config import KafkaConfig, resolve_kafka_config
@@ -62,6 +66,7 @@ from kvldp.common.kvdata import KVData
 from kvldp.common.privacy import PrivacyBudgetExhausted
 from kvldp.common.schema import ReportBatch, from_rows
 from kvldp.common.wire import WireFormat
+from kvldp.producer.batching import check_batching
 from kvldp.producer.control import ControlFollower
 from kvldp.producer.device_state import (
     DeviceState,
@@ -71,6 +76,7 @@ from kvldp.producer.device_state import (
     period_of,
     tracks_privacy,
 )
+from kvldp.producer.pairs import device_key, users_from_pairs
 
 #: sends in flight before the SDK waits for acknowledgements (bounds memory)
 MAX_IN_FLIGHT = 2000
@@ -84,64 +90,9 @@ ACKS = (0, 1, "all")
 logger = logging.getLogger("kvldp.producer")
 
 
-class BatchingRefused(KvldpError):
-    """A ``batch_size`` above 1 for a collection whose reports must each be their own message."""
-
-
-def check_batching(collection: Collection, batch_size: int) -> None:
-    """Raise :class:`BatchingRefused` if ``collection`` needs one report per message (it
-    memoizes, limits reports per period, or reports in rounds: the record key must name
-    the device)."""
-    privacy = collection.privacy
-    if batch_size > 1 and (
-        privacy.memoize or privacy.report_period_s is not None or is_interactive(collection)
-    ):
-        rule = (
-            "memoizes reports"
-            if privacy.memoize
-            else "reports once per device and round"
-            if is_interactive(collection)
-            else "limits reports per report_period"
-        )
-        raise BatchingRefused(
-            f"collection {collection.name} {rule}: each report is its own message keyed by its "
-            f"device, so batch_size must be 1, got {batch_size}"
-        )
-
-
 def secure_rng() -> np.random.Generator:
     """A generator seeded from the OS entropy pool (spec §0.3: unpredictable to the server)."""
     return np.random.default_rng(secrets.randbits(128))
-
-
-def device_key(device_id: str | bytes | int) -> bytes:
-    if isinstance(device_id, bytes):
-        return device_id
-    return str(device_id).encode()
-
-
-def users_from_pairs(collection: Collection, devices: Iterable[Mapping[str, float]]) -> KVData:
-    """Raw pairs (key name -> raw value) of many devices as normalised user data: names
-    become key indices and values pass through the collection's ``value_range``."""
-    index = collection.key_index()
-    indptr = [0]
-    keys: list[int] = []
-    raw: list[float] = []
-    for pairs in devices:
-        for name, value in pairs.items():
-            try:
-                keys.append(index[name])
-            except KeyError:
-                raise InvalidCollection(
-                    f"key {name!r} is not a key of collection {collection.name}"
-                ) from None
-            raw.append(float(value))
-        indptr.append(len(keys))
-    key_arr = np.asarray(keys, dtype=np.int64)
-    values = collection.normalise(np.asarray(raw, dtype=np.float64))
-    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
-    order = np.lexsort((key_arr, rows))  # KVData wants keys sorted within each user
-    return KVData(collection.d, np.asarray(indptr, dtype=np.int64), key_arr[order], values[order])
 
 
 class Collector:

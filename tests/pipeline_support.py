@@ -9,8 +9,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from kvldp.common.collection import Collection, parse_collection
-from kvldp.common.collection import collection_toml as to_toml
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import collection_toml as to_toml
+from kvldp.common.collection_file import parse_collection
 from kvldp.reliability.oracle import replay_oracle as oracle
 from kvldp.reliability.processes import scrape
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvldp.common.collection import (
-    InvalidCollection,
+from kvldp.common.collection_fields import InvalidCollection
+from kvldp.common.collection_file import (
     collection_table,
     collection_toml,
     load_collection,

@@ -20,7 +20,8 @@ import pytest
 from kvldp import dashboard
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker, free_port
-from kvldp.common.collection import Collection, collection_toml, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import collection_toml, parse_collection
 from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
 from kvldp.producer.round_fleet import RoundFleet

@@ -28,7 +28,7 @@ import yaml
 
 from kvldp import dashboard
 from kvldp.aggregator import exporter
-from kvldp.common.collection import load_collection
+from kvldp.common.collection_file import load_collection
 from kvldp.common.kafka_config import KNOWN_KEYS, KafkaConfig, kafka_config, parse_properties
 
 DEPLOY = Path("deploy")

@@ -12,7 +12,8 @@ from kvldp.aggregator.devices import payload_hashes
 from kvldp.aggregator.exporter import SnapshotCollector
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
 from tests.support import Rec
 

@@ -26,12 +26,13 @@ import pytest
 
 from kvldp.broker import EmbeddedBroker
 from kvldp.cli import main
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.errors import KvldpError
 from kvldp.common.memo import alphas, round_values, state_of
 from kvldp.common.wire import WireFormat
 from kvldp.producer import Collector, PrivacyBudgetExhausted, ReportStatus
-from kvldp.producer.collector import BatchingRefused
+from kvldp.producer.batching import BatchingRefused
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState
 from kvldp.producer.fleet import FleetSimulation, PeriodReport
 

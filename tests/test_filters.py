@@ -17,7 +17,8 @@ from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
 from tests.support import Rec
 

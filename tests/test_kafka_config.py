@@ -16,7 +16,7 @@ from kvldp.aggregator.control import ControlPublisher
 from kvldp.aggregator.service import Aggregator, dlq_producer
 from kvldp.aggregator.statetopic import StateFollower, StateTopic
 from kvldp.aggregator.topics import under_replicated, wanted_topics
-from kvldp.common.collection import parse_collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kafka_config import (
     KNOWN_KEYS,
     InvalidKafkaConfig,

@@ -7,7 +7,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from kvldp.common.collection import parse_collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import names
 from kvldp.common.wire import WireFormat

@@ -31,7 +31,8 @@ import pytest
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.refit import refit
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.wire import WireFormat
 from tests.support import Rec

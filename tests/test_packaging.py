@@ -22,7 +22,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition
 
-from kvldp.common.collection import load_collection
+from kvldp.common.collection_file import load_collection
 from kvldp.common.wire import WireFormat
 from tests.test_imports import MODULES, REPO
 

@@ -16,9 +16,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker import EmbeddedBroker
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.control import Control, control_topic
-from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest
+from kvldp.common.mechanisms.privkvm import PrivKVM
+from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.wire import WireFormat
 from kvldp.producer import simulate
 from kvldp.producer.collector import Collector

@@ -17,14 +17,17 @@ from kvldp.aggregator.offline import fold_recording
 from kvldp.aggregator.rounds import RoundBook, RoundState
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection, InvalidCollection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_fields import InvalidCollection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.control import Control, InvalidControl, decode_control
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
-from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest
+from kvldp.common.mechanisms.privkvm import PrivKVM
+from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.stats import Stats
 from kvldp.common.wire import WireFormat
-from kvldp.producer.collector import BatchingRefused, check_batching
+from kvldp.producer.batching import BatchingRefused, check_batching
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState, ReportStatus
 from tests.support import Rec, multi_key_population
 

@@ -10,7 +10,7 @@ import pytest
 
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
-from kvldp.common.collection import parse_collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.schema import row
 from kvldp.common.wire import WireFormat

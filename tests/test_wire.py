@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvldp.common.collection import parse_collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.mechanisms import names
 from kvldp.common.schema import row
 from kvldp.common.wire import REASONS, WireFormat

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.mechanisms import names
 from kvldp.common.wire import WireFormat
-from kvldp.producer.collector import users_from_pairs
+from kvldp.producer.pairs import users_from_pairs
 
 DOC = Path("docs/wire-format.md")
 TIMESTAMP_MS = 1795363200000

@@ -41,7 +41,8 @@ from kvldp.common.kafka_start import start_or_close
 from kvldp.common.kvdata import KVData
 from kvldp.common.wire import WireFormat
 from kvldp.producer import simulate
-from kvldp.producer.collector import MAX_IN_FLIGHT, Collector, device_key
+from kvldp.producer.collector import MAX_IN_FLIGHT, Collector
+from kvldp.producer.pairs import device_key
 
 #: the collection every Kafka benchmark uses (documented in docs/performance.md)
 BENCH_MECHANISM = "kvue"

@@ -26,7 +26,8 @@ import numpy as np
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker import EmbeddedBroker
-from kvldp.common.collection import Collection, parse_collection
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.producer import simulate

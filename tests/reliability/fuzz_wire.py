@@ -12,7 +12,7 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["kvldp.common"]):
-    from kvldp.common.collection import parse_collection
+    from kvldp.common.collection_file import parse_collection
     from kvldp.common.wire import REASONS, WireFormat
 
 NOW_MS = 1_800_000_000_000

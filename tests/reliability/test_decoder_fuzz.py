@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvldp.common.collection import InvalidCollection, parse_collection
+from kvldp.common.collection_fields import InvalidCollection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.mechanisms import names
 from kvldp.common.wire import REASONS, WireFormat
 from kvldp.reliability.hostile import ANY, HostileFactory

@@ -1,0 +1,173 @@
+"""The ``[aggregate]`` table of a collection: how the aggregator serves it.
+
+Refits, estimators, sliding windows, conditional queries, topic layout (partitions,
+replication, message cap), report age limits, de-duplication and the per-device report
+budget: everything the aggregator side needs beyond what shapes a report. None of it
+enters the collection digest (see :mod:`kvldp.common.collection`); the table is parsed
+into an :class:`AggregateConfig` by :func:`parse_aggregate`, called by
+:mod:`kvldp.common.collection_file`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvldp.common.collection_fields import InvalidCollection, number, string_list
+from kvldp.common.mechanisms.base import Mechanism
+
+WINDOW_PATTERN = re.compile(r"^(\d+)(s|m|h|d)$")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
+#: Kafka's default message limit: a cap above it could never be delivered
+KAFKA_MESSAGE_LIMIT = 1_000_000
+
+_AGGREGATE = {
+    "refit_interval_s",
+    "estimators",
+    "windows",
+    "conditions",
+    "partitions",
+    "replication_factor",
+    "min_insync_replicas",
+    "max_message_bytes",
+    "max_report_age_s",
+    "max_clock_skew_s",
+    "dedup_horizon",
+    "max_reports_per_device",
+    "budget_window",
+}
+
+
+@dataclass(frozen=True)
+class Window:
+    """A sliding window of report time: ``all`` (seconds None) or the last ``seconds``."""
+
+    name: str
+    seconds: int | None
+
+
+def parse_window(text: str, field: str = "aggregate.windows") -> Window:
+    if text == "all":
+        return Window("all", None)
+    match = WINDOW_PATTERN.match(text) if isinstance(text, str) else None
+    if not match or int(match.group(1)) == 0:
+        raise InvalidCollection(
+            f"{field}: {text!r} is not a window (use e.g. '30s', '5m', '1h', '1d' or 'all')"
+        )
+    return Window(text, int(match.group(1)) * UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class AggregateConfig:
+    """A validated ``[aggregate]`` table; the defaults are those of an absent field."""
+
+    refit_interval_s: float = 5.0
+    estimators: tuple[str, ...] = ("unbiased", "em")
+    windows: tuple[Window, ...] = (Window("all", None),)
+    conditions: tuple[str, ...] = ()
+    partitions: int = 4
+    replication_factor: int = 1
+    min_insync_replicas: int = 1
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    max_report_age_s: float = 7 * 86400.0
+    max_clock_skew_s: float = 300.0
+    dedup_horizon: int = 100_000
+    max_reports_per_device: int = 0
+    budget_window_s: int = 86_400
+
+
+def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
+    """Validate the ``[aggregate]`` table (None: absent) for a collection of ``mechanism``."""
+    if table is None:
+        table = {}
+    if not isinstance(table, dict):
+        raise InvalidCollection("aggregate: expected a table")
+    unknown = sorted(set(table) - _AGGREGATE)
+    if unknown:
+        raise InvalidCollection(
+            f"aggregate.{unknown[0]}: unknown field (known: {', '.join(sorted(_AGGREGATE))})"
+        )
+    defaults = AggregateConfig()
+    refit = number(table.get("refit_interval_s", defaults.refit_interval_s), "aggregate.refit_interval_s")
+    if refit <= 0:
+        raise InvalidCollection("aggregate.refit_interval_s: must be positive")
+    estimators = string_list(table.get("estimators", list(defaults.estimators)), "aggregate.estimators")
+    if not estimators:
+        raise InvalidCollection("aggregate.estimators: give at least one estimator")
+    usable = tuple(e for e in estimators if e in mechanism.estimator_names)
+    if "estimators" in table:
+        for e in estimators:
+            if e not in mechanism.estimator_names:
+                raise InvalidCollection(
+                    f"aggregate.estimators: {mechanism.name} has no estimator {e!r} "
+                    f"(available: {', '.join(mechanism.estimator_names)})"
+                )
+    elif not usable:
+        usable = ("unbiased",)
+    windows = tuple(parse_window(w) for w in string_list(table.get("windows", ["all"]), "aggregate.windows"))
+    if len({w.name for w in windows}) != len(windows):
+        raise InvalidCollection("aggregate.windows: a window is listed twice")
+    if not any(w.seconds is None for w in windows):
+        windows = (*windows, Window("all", None))
+    conditions = string_list(table.get("conditions", []), "aggregate.conditions")
+    partitions = table.get("partitions", defaults.partitions)
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 1024:
+        raise InvalidCollection(f"aggregate.partitions: expected an integer in [1, 1024], got {partitions!r}")
+    replication = _replication(table)
+    cap = table.get("max_message_bytes", defaults.max_message_bytes)
+    if isinstance(cap, bool) or not isinstance(cap, int) or not 1024 <= cap <= KAFKA_MESSAGE_LIMIT:
+        raise InvalidCollection(
+            f"aggregate.max_message_bytes: expected an integer in [1024, {KAFKA_MESSAGE_LIMIT}], got {cap!r}"
+        )
+    limits: dict[str, int] = {}
+    # the de-duplication table costs about 40 bytes per unit of horizon and partition
+    for key, high in (("dedup_horizon", 10_000_000), ("max_reports_per_device", 100_000_000)):
+        value = table.get(key, getattr(defaults, key))
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            raise InvalidCollection(f"aggregate.{key}: expected an integer in [0, {high}], got {value!r}")
+        limits[key] = value
+    window = parse_window(table.get("budget_window", "1d"), "aggregate.budget_window")
+    if window.seconds is None:
+        raise InvalidCollection("aggregate.budget_window: give a duration such as '1d' or '12h'")
+    limits["budget_window_s"] = window.seconds
+    ages = {}
+    for key in ("max_report_age_s", "max_clock_skew_s"):
+        value = number(table.get(key, getattr(defaults, key)), f"aggregate.{key}")
+        if value <= 0:
+            raise InvalidCollection(f"aggregate.{key}: must be positive")
+        ages[key] = value
+    return AggregateConfig(
+        max_report_age_s=ages["max_report_age_s"],
+        max_clock_skew_s=ages["max_clock_skew_s"],
+        dedup_horizon=limits["dedup_horizon"],
+        max_reports_per_device=limits["max_reports_per_device"],
+        budget_window_s=limits["budget_window_s"],
+        refit_interval_s=refit,
+        estimators=usable,
+        windows=windows,
+        conditions=conditions,
+        partitions=partitions,
+        replication_factor=replication[0],
+        min_insync_replicas=replication[1],
+        max_message_bytes=cap,
+    )
+
+
+def _replication(table: Mapping[str, Any]) -> tuple[int, int]:
+    """``(replication_factor, min_insync_replicas)``: copies of each topic kvldp creates,
+    and how many must hold a write before an ``acks=all`` send succeeds."""
+    values = []
+    for key in ("replication_factor", "min_insync_replicas"):
+        value = table.get(key, 1)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
+            raise InvalidCollection(f"aggregate.{key}: expected an integer in [1, 32], got {value!r}")
+        values.append(value)
+    if values[1] > values[0]:
+        raise InvalidCollection(
+            f"aggregate.min_insync_replicas: {values[1]} is more than replication_factor={values[0]}: "
+            "no write could ever succeed"
+        )
+    return values[0], values[1]
