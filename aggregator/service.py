@@ -15,19 +15,22 @@ with its original bytes and a reason, to the dead-letter topic, and the partitio
 moves past it once every in-sync replica holds that write (``acks=all``).
 
 Topic resets. Every checkpoint fingerprints the record just before the next offset. When a
-partition is assigned, that record is read again; if it differs, or the partition now
+partition is assigned, that record is read again; if it differs, or the partition
 ends below the next offset, the topic was reset (an in-memory broker restarted, a topic
 was recreated). The aggregator then keeps its statistics, starts a new epoch at offset 0
 of the partition, counts ``kvldp_topic_resets_total`` and says so: nothing is lost that
 was ever folded, and nothing new is skipped.
+
+Around this module: the consumer's settings are :mod:`kvldp.aggregator.consumer`, the
+dead-letter writer :mod:`kvldp.aggregator.dlq`, the budget ledger's secret
+:mod:`kvldp.aggregator.ledgerkey`; what a fetch folds is planned by
+:mod:`kvldp.aggregator.ingest`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import secrets
 import sys
 import time
 from collections.abc import Callable
@@ -36,9 +39,12 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from kvldp.aggregator.consumer import MAX_RECORDS, reports_consumer
 from kvldp.aggregator.control import ControlPublisher
+from kvldp.aggregator.dlq import dead_letter, dlq_producer
 from kvldp.aggregator.exporter import Exporter, HttpSecurity
-from kvldp.aggregator.ingest import Rejected, plan, record_digest
+from kvldp.aggregator.ingest import plan, record_digest
+from kvldp.aggregator.ledgerkey import ledger_key
 from kvldp.aggregator.memory import release_free_memory
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
@@ -50,48 +56,11 @@ from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
 from kvldp.common.kafka_start import start_or_close
 from kvldp.common.wire import WireFormat
 
-#: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
-MAX_RECORDS = 20_000
-#: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
-#: fetch; 4 MiB is no faster (``kvldp bench ingest``) and keeps 4x more bytes in flight
-FETCH_BYTES = 1 << 20
 ROLES = ("all", "worker")
-LEDGER_KEY_ENV = "KVLDP_LEDGER_KEY"
 
 
 def _stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
-
-
-def ledger_key(collection: Collection, state_dir: str | Path | None, role: str = "all") -> bytes:
-    """The secret of the budget ledger's keyed device hashes: ``$KVLDP_LEDGER_KEY``, else a
-    key kept next to the checkpoints (created once, mode 0600), else a per-process key
-    (the ledger then lives only as long as the in-memory state). Workers hand ledgers to
-    each other, so with a budget they must share the key through the environment."""
-    env = os.environ.get(LEDGER_KEY_ENV)
-    if env:
-        return env.encode()
-    if role == "worker" and (collection.aggregate.max_reports_per_device or collection.privacy.as_table()):
-        raise KvldpError(
-            f"collection {collection.name!r} has a privacy budget or [privacy] table: its workers must "
-            "share the ledger key; "
-            f"set {LEDGER_KEY_ENV} to the same secret on every worker"
-        )
-    if state_dir is None:
-        return secrets.token_bytes(32)
-    path = Path(state_dir) / f"{collection.name}.ledger-key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(secrets.token_bytes(32))
-    return path.read_bytes()
-
-
-def dlq_producer(kafka: KafkaConfig) -> AIOKafkaProducer:
-    """The dead-letter writer. A dead letter counts as written once every in-sync replica
-    holds it (``acks=all``): only then does the partition move past the malformed message."""
-    return AIOKafkaProducer(**kafka.client_options("kvldp-dlq"), acks="all", linger_ms=5)
 
 
 class Aggregator:
@@ -159,16 +128,7 @@ class Aggregator:
         await ensure_topics(self.kafka, self.collection, state=self.role == "worker", log=self.log)
         self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
         self._dlq = dlq_producer(self.kafka)
-        self._consumer = AIOKafkaConsumer(
-            **self.kafka.client_options(f"kvldp-{self.role}"),
-            group_id=self.collection.consumer_group,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
-            session_timeout_ms=6_000,
-            max_partition_fetch_bytes=FETCH_BYTES,
-            metadata_max_age_ms=5_000,  # notice a vanished or recreated topic within seconds
-        )
+        self._consumer = reports_consumer(self.kafka, self.collection, self.role)
         if self.role == "worker":
             self.snapshots = StateTopic(self.collection, self.kafka)
             self.follower = StateFollower(self.collection, self.kafka)
@@ -263,7 +223,8 @@ class Aggregator:
                 if work is None:
                     continue
                 if work.rejected:
-                    await self._dead_letter(tp, work.rejected)
+                    assert self._dlq is not None
+                    await dead_letter(self._dlq, self.collection.dlq_topic, tp, work.rejected)
                     if (
                         self.state.partitions.get(tp.partition) is not state
                         or state.next_offset != work.start
@@ -308,7 +269,7 @@ class Aggregator:
         """An in-memory broker that restarted (or an operator) may have dropped our topics:
         create them again so devices and the consumer group resume by themselves. A
         broker may also have auto-created the reports topic with its own partition count:
-        every partition is folded anyway, but say so (devices now map to other partitions,
+        every partition is folded anyway, but say so (devices then map to other partitions,
         so their de-duplication and budget history starts afresh)."""
         consumer = self._consumer
         if consumer is None:
@@ -330,7 +291,7 @@ class Aggregator:
             )
 
     async def _check_resets(self) -> None:
-        """A partition that now ends below our next offset was reset."""
+        """A partition that ends below our next offset was reset."""
         consumer = self._consumer
         if consumer is None:
             return
@@ -341,24 +302,6 @@ class Aggregator:
                 state.highwater = highwater
                 if highwater < state.next_offset:
                     await self._reset(tp, f"it now ends at offset {highwater}, below {state.next_offset}")
-
-    async def _dead_letter(self, tp: TopicPartition, rejected: list[Rejected]) -> None:
-        """Write rejected records to the DLQ and wait until every in-sync replica holds
-        each of them (``acks=all``); only then is the plan applied."""
-        assert self._dlq is not None
-        futures = []
-        for r in rejected:
-            headers = [
-                ("reason", r.reason.encode()),
-                ("detail", r.detail.encode("utf-8", "replace")[:1024]),
-                ("source_topic", tp.topic.encode()),
-                ("source_partition", str(tp.partition).encode()),
-                ("source_offset", str(r.offset).encode()),
-            ]
-            futures.append(
-                await self._dlq.send(self.collection.dlq_topic, value=r.value, key=r.key, headers=headers)
-            )
-        await asyncio.gather(*futures)
 
     def lag(self) -> dict[int, int]:
         """Records not yet folded per assigned partition (from the fetch high watermark)."""

@@ -13,7 +13,8 @@ import pytest
 import trustme
 
 from kvldp.aggregator.control import ControlPublisher
-from kvldp.aggregator.service import Aggregator, dlq_producer
+from kvldp.aggregator.dlq import dlq_producer
+from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.statetopic import StateFollower, StateTopic
 from kvldp.aggregator.topics import under_replicated, wanted_topics
 from kvldp.common.collection_file import parse_collection

@@ -31,7 +31,8 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from kvldp.aggregator.service import FETCH_BYTES, MAX_RECORDS, Aggregator
+from kvldp.aggregator.consumer import FETCH_BYTES, MAX_RECORDS
+from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker import EmbeddedBroker
 from kvldp.common.collection import Collection
