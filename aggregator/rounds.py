@@ -30,7 +30,7 @@ from numpy.typing import NDArray
 
 from kvldp.common.collection import Collection
 from kvldp.common.control import Control, interactive_mechanism
-from kvldp.common.mechanisms.privkvm import means_digest
+from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.primitives import FloatArray
 from kvldp.common.schema import ReportBatch
 

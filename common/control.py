@@ -29,7 +29,8 @@ import numpy as np
 
 from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest
+from kvldp.common.mechanisms.privkvm import PrivKVM
+from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.primitives import FloatArray
 
 FORMAT = "kvldp-control"

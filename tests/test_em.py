@@ -23,7 +23,7 @@ import kvldp.common.mechanisms.itemoracle as itemoracle
 import kvldp.common.mechanisms.keysampled as keysampled
 import kvldp.common.mechanisms.pckv as pckv
 import kvldp.common.mechanisms.privkv as privkv
-import kvldp.common.mechanisms.privkvm as privkvm
+import kvldp.common.mechanisms.privkvm_estimate as privkvm
 from kvldp.common import em
 from kvldp.common.em import EMResult, em_counts
 from kvldp.common.mechanisms import create

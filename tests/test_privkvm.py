@@ -10,7 +10,9 @@ import pytest
 from kvldp.common.audit import audit
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create
-from kvldp.common.mechanisms.privkvm import PrivKVM, means_digest, virtual_iterations
+from kvldp.common.mechanisms.privkvm import PrivKVM
+from kvldp.common.mechanisms.privkvm_estimate import virtual_iterations
+from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.primitives import rr_keep
 
 

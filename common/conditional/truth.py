@@ -1,0 +1,36 @@
+"""The exact, non-private answer of a conditional query on a population (D0 Def.2).
+
+Computed from the users' pairs alone, independently of the cell machinery of
+:mod:`~kvldp.common.conditional.cells` and :mod:`~kvldp.common.conditional.answer`, so
+that it can serve as the ground truth the estimated answers are scored against.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvldp.common.conditional.cells import InvalidQuery
+from kvldp.common.conditional.query import ConditionalQuery
+from kvldp.common.kvdata import KVData
+
+
+def conditional_truth(users: KVData, query: ConditionalQuery) -> tuple[float, float]:
+    """The non-private f(k|C) and m(k|C) of a population (D0 Def.2), NaN when undefined.
+
+    Computed directly from the users' pairs, independently of any cell machinery, so it
+    can serve as ground truth for the conditional metrics of spec §14.
+    """
+    if query.d != users.d:
+        raise InvalidQuery(f"query over {query.d} keys cannot be evaluated on data with d={users.d}")
+    present, values = users.to_dense()
+    meets = np.ones(users.n_users, dtype=bool)
+    for key, required in query.condition.pairs():
+        meets &= present[:, key] == bool(required)
+    holders = meets & present[:, query.target]
+    n_meets = int(meets.sum())
+    n_holders = int(holders.sum())
+    frequency = n_holders / n_meets if n_meets else math.nan
+    mean = float(values[holders, query.target].mean()) if n_holders else math.nan
+    return frequency, mean
