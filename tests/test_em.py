@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 import kvldp.common.mechanisms.itemoracle as itemoracle
 import kvldp.common.mechanisms.keysampled as keysampled
-import kvldp.common.mechanisms.pckv as pckv
+import kvldp.common.mechanisms.pckv_estimate as pckv
 import kvldp.common.mechanisms.privkv as privkv
 import kvldp.common.mechanisms.privkvm_estimate as privkvm
 from kvldp.common import em

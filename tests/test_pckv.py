@@ -21,11 +21,8 @@ from kvldp.common.em import em_counts
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import registry
 from kvldp.common.mechanisms.padding import slot_weights
-from kvldp.common.mechanisms.pckv import (
-    PCKV,
-    PCKVGRR,
-    PCKVUE,
-    pad_and_sample,
+from kvldp.common.mechanisms.pckv import PCKV, PCKVGRR, PCKVUE, pad_and_sample
+from kvldp.common.mechanisms.pckv_budget import (
     pckv_grr_gh,
     pckv_ue_gh,
     theorem2_epsilon,
