@@ -8,7 +8,7 @@ record is a msgpack map
 * ``format`` ``"kvldp-control"``, ``v`` 1, ``col`` the collection name, ``cfg`` its digest;
 * ``round`` — 0-based index of the open round (when ``complete``: the rounds run);
 * ``means`` — the d means published before that round, little-endian float64 (``bin``);
-* ``md`` — :func:`kvldp.common.mechanisms.privkvm.means_digest` of (round, means), which every
+* ``md`` — :func:`kvldp.common.mechanisms.privkvm_rounds.means_digest` of (round, means), which every
   report of the round carries;
 * ``complete`` — true once the last round closed (no report is taken any more).
 
