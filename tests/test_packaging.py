@@ -130,6 +130,7 @@ def readme_block(language: str, marker: str) -> str:
     return next(block for block in blocks if marker in block)
 
 
+@pytest.mark.asyncio
 async def test_the_readme_sdk_snippet_runs_as_written(installed: Path, tmp_path: Path, broker: str) -> None:
     collection_toml = readme_block("toml", 'name = "checkout"')
     snippet = readme_block("python", "from kvldp.producer import Collector")
