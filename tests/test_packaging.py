@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.structs import TopicPartition
 
+from kvldp.broker import EmbeddedBroker
 from kvldp.common.collection_file import load_collection
 from kvldp.common.wire import WireFormat
 from tests.test_imports import MODULES, REPO
@@ -131,25 +131,21 @@ def readme_block(language: str, marker: str) -> str:
 
 
 @pytest.mark.asyncio
-async def test_the_readme_sdk_snippet_runs_as_written(installed: Path, tmp_path: Path, broker: str) -> None:
+async def test_the_readme_sdk_snippet_runs_as_written(
+    installed: Path, tmp_path: Path, broker: EmbeddedBroker
+) -> None:
     collection_toml = readme_block("toml", 'name = "checkout"')
     snippet = readme_block("python", "from kvldp.producer import Collector")
     (tmp_path / "checkout.toml").write_text(collection_toml)
     topic = "kvldp.checkout.reports"
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
-    await consumer.start()
+    run_installed(installed, tmp_path, snippet, {"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers})
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest"
+    )
+    records = []
     try:
-        run_installed(installed, tmp_path, snippet, {"KVLDP_BOOTSTRAP_SERVERS": broker})
-        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])]
-        if not partitions:
-            await consumer.force_metadata_update()
-            partitions = [
-                TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [])
-            ]
-        consumer.assign(partitions)
-        await consumer.seek_to_beginning(*partitions)
-        records = []
+        await consumer.start()
         batches = await consumer.getmany(timeout_ms=10_000)
         while batches:
             records += [r for batch in batches.values() for r in batch]
