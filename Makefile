@@ -27,6 +27,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check common producer aggregator kvldp tests
 	$(BIN)/ruff format --check common producer aggregator kvldp tests
 
+# kvldp/common, kvldp/producer and kvldp/aggregator link to the top-level directories, so
+# checking the package checks every layer under the names it is installed with
 typecheck: $(STAMP)
 	$(BIN)/mypy kvldp
 

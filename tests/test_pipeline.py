@@ -20,9 +20,12 @@ from aiokafka import AIOKafkaProducer
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker import EmbeddedBroker
+from kvldp.common.collection import Collection
+from kvldp.common.kvdata import KVData
 from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
 from kvldp.producer.recording import record, replay
+from kvldp.reliability.processes import Samples
 from tests.pipeline_support import (
     collection_toml,
     scrape,
@@ -34,6 +37,32 @@ from tests.pipeline_support import (
 pytestmark = pytest.mark.asyncio
 
 
+async def publish_and_scrape(
+    broker: EmbeddedBroker, collection: Collection, users: KVData, seed: int, batch_size: int
+) -> Samples:
+    """Publish ``users`` through the SDK to a fresh aggregator, wait until a refit covers
+    every report, and return one scrape of its metrics."""
+    n = users.n_users
+    agg = Aggregator(
+        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
+    )
+    stop, task = await start(agg)
+    try:
+        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(seed)) as sdk:
+            await sdk.publish_users(users, simulate.device_ids(n), batch_size=batch_size)
+        await wait_for(lambda: agg.state.reports_total == n, 60, "all reports folded")
+        await wait_for(
+            lambda: agg.exporter.snapshot is not None and agg.exporter.snapshot.fits["all"].n_reports == n,
+            60,
+            "a refit of every report",
+        )
+        assert agg.bound_port is not None
+        return await asyncio.to_thread(scrape, agg.bound_port)
+    finally:
+        stop.set()
+        await task
+
+
 @pytest.mark.parametrize("batch_size", [1, 100])
 async def test_end_to_end_estimates_within_five_standard_errors(
     broker: EmbeddedBroker, batch_size: int
@@ -43,26 +72,7 @@ async def test_end_to_end_estimates_within_five_standard_errors(
     collection = unique_collection("kvue", 6)
     users = simulate.simulate(collection, "gaussian", 50_000, seed=11)
     truth = simulate.truth(collection, users)
-    agg = Aggregator(
-        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
-    )
-    stop, task = await start(agg)
-    try:
-        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(11)) as sdk:
-            await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=batch_size)
-        await wait_for(lambda: agg.state.reports_total == 50_000, 60, "all reports folded")
-        await wait_for(
-            lambda: (
-                agg.exporter.snapshot is not None and agg.exporter.snapshot.fits["all"].n_reports == 50_000
-            ),
-            30,
-            "a refit of every report",
-        )
-        assert agg.bound_port is not None
-        samples = await asyncio.to_thread(scrape, agg.bound_port)
-    finally:
-        stop.set()
-        await task
+    samples = await publish_and_scrape(broker, collection, users, seed=11, batch_size=batch_size)
     labels = lambda **kw: tuple(sorted({"collection": collection.name, **kw}.items()))  # noqa: E731
     assert samples[("kvldp_reports_total", labels())] == 50_000
     for key in collection.keys:
@@ -358,25 +368,7 @@ async def test_conditional_metrics_stream_end_to_end(
     collection = unique_collection(mechanism, 4, conditions=conditions, estimators=["unbiased"])
     users = simulate.simulate(collection, "conditional", 60_000, seed=21)
     truth = simulate.truth(collection, users)["conditional"]
-    agg = Aggregator(
-        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
-    )
-    stop, task = await start(agg)
-    try:
-        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(21)) as sdk:
-            await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=200)
-        await wait_for(
-            lambda: (
-                agg.exporter.snapshot is not None and agg.exporter.snapshot.fits["all"].n_reports == 60_000
-            ),
-            60,
-            "a refit of every report",
-        )
-        assert agg.bound_port is not None
-        samples = await asyncio.to_thread(scrape, agg.bound_port)
-    finally:
-        stop.set()
-        await task
+    samples = await publish_and_scrape(broker, collection, users, seed=21, batch_size=200)
     queries = collection.conditional_queries()
     assert len(truth) == len(queries) == (24 if mechanism == "ioh_hrr" else 2)
     names = list(collection.keys)
