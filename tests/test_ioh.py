@@ -1,33 +1,28 @@
-"""IOH (spec §11) and the mechanism-independent conditional-query machinery.
+"""IOH (spec §11): the mechanism that estimates the joint-state cell sums behind
+conditional queries.
 
-The worked example of §11.6 (D0 Table III: keys Hamburger, Fries, Pepsi) is the
-acceptance test: indices, every row of the table (cells and true values), the noisy
-arithmetic, the expected-count round trip and the §11.7 variance example. Statistical
-tests compare the client against the exact model and the analytic variances and
-standard errors against repeated collections of a correlated synthetic population.
+The §11.6 worked example through IOH's noise (the printed counts and their arithmetic),
+the expected-count round trip and the §11.7 variance example; estimators and their
+undefined and clipped answers; configuration and wire format; the privacy audit.
+Statistical tests compare the client against the exact model and the analytic variances
+and standard errors against repeated collections of a correlated synthetic population.
+The query machinery itself is tested in :mod:`tests.test_conditional`.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from kvldp.common.audit import audit, max_log_ratio
 from kvldp.common.conditional import (
-    CellSums,
     Condition,
     ConditionalQuery,
-    InvalidQuery,
     ProductSet,
-    answer_queries,
     conditional_truth,
-    joint_index,
-    joint_state_probabilities,
-    joint_states,
     parse_query,
 )
 from kvldp.common.kvdata import KVData
@@ -37,43 +32,16 @@ from kvldp.common.mechanisms.registry import get
 from kvldp.common.params import InvalidParameter
 from kvldp.common.schema import InvalidReport
 from kvldp.common.stats import Stats
-
-NAMES = ("hamburger", "fries", "pepsi")
-H, F, P = 0, 1, 2
-#: D0 Table III after discretisation (wire keys 0, 1, 2 = Hamburger, Fries, Pepsi)
-TABLE_III = [{H: 1.0, P: -1.0}, {H: -1.0, F: 1.0, P: 1.0}, {F: -1.0, P: -1.0}]
-ONE_HOT_SUM = np.bincount([21, 8, 9], minlength=27).astype(np.float64)
-
-
-def table_users() -> KVData:
-    return KVData.from_pairs(3, TABLE_III)
-
-
-class ExactOracle:
-    """A noise-free CellSumOracle over a known cell vector: the protocol needs no mechanism."""
-
-    def __init__(self, cells: np.ndarray) -> None:
-        self.cells = cells
-
-    def cell_sums(
-        self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
-    ) -> list[CellSums]:
-        return [
-            CellSums(np.array([self.cells[s.cells()].sum() for s in g]), np.zeros((len(g), len(g))))
-            for g in groups
-        ]
-
-
-class FixedOracle:
-    """Returns given estimates and covariance, to check the ratio algebra of answer_queries."""
-
-    def __init__(self, estimates: np.ndarray, covariance: np.ndarray) -> None:
-        self.result = CellSums(estimates, covariance)
-
-    def cell_sums(
-        self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
-    ) -> list[CellSums]:
-        return [self.result for _ in groups]
+from tests.conditional_support import (
+    NAMES,
+    ONE_HOT_SUM,
+    ROWS,
+    TABLE_III,
+    P,
+    membership,
+    population,
+    table_users,
+)
 
 
 def noisy_example() -> tuple[IOH, Stats]:
@@ -84,33 +52,16 @@ def noisy_example() -> tuple[IOH, Stats]:
     return mech, Stats(mech, {"C": counts, "n": np.array([3])})
 
 
-def population(n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Correlated keys (shared latent z): presence 0.5-0.8, values clip(N(mu, 0.2^2)) also tied to z."""
-    rng = np.random.default_rng(seed)
-    z = rng.standard_normal(n)
-    logits = np.array([0.2, 0.7, 1.2])[None, :] + 1.0 * z[:, None]
-    present = rng.random((n, 3)) < 1.0 / (1.0 + np.exp(-logits))
-    noise = 0.6 * z[:, None] + 0.8 * rng.standard_normal((n, 3))
-    values = np.clip(np.array([0.4, -0.3, 0.1])[None, :] + 0.2 * noise, -1.0, 1.0)
-    return present, np.where(present, values, 0.0)
-
-
-def membership(present: np.ndarray, values: np.ndarray, sets: Sequence[ProductSet]) -> np.ndarray:
-    """(users, sets): probability that a user's Disc'd joint state lies in each set, from
-    the per-key state probabilities (independent of the library's Kronecker code)."""
-    probs = np.stack(
-        [
-            np.where(present, (1 - values) / 2, 0.0),
-            np.where(present, 0.0, 1.0),
-            np.where(present, (1 + values) / 2, 0.0),
-        ],
-        axis=2,
-    )  # (n, d, 3)
-    out = np.ones((present.shape[0], len(sets)))
-    for j, s in enumerate(sets):
-        for key, states in enumerate(s.allowed):
-            out[:, j] *= probs[:, key, list(states)].sum(axis=1)
-    return out
+def every_query(d: int) -> list[ConditionalQuery]:
+    """Every query over ``d`` keys: each target, conditioned on every subset of the
+    other keys (up to d - 1 of them) held (1) or not held (0)."""
+    return [
+        ConditionalQuery.build(d, t, dict(zip(keys, bits, strict=True)))
+        for t in range(d)
+        for r in range(d)
+        for keys in itertools.combinations([k for k in range(d) if k != t], r)
+        for bits in itertools.product((0, 1), repeat=r)
+    ]
 
 
 def repeated_stats(
@@ -127,99 +78,7 @@ def repeated_stats(
     return out
 
 
-# --------------------------------------------------------------------------- §11.6 worked example
-def test_table_iii_indices() -> None:
-    """user1 = 210_3 = 21, user2 = 022_3 = 8, user3 = 100_3 = 9 (Disc is deterministic at +-1)."""
-    states = joint_states(table_users(), np.random.default_rng(0))
-    assert states.tolist() == [[2, 1, 0], [0, 2, 2], [1, 0, 0]]
-    assert joint_index(states).tolist() == [21, 8, 9]
-
-
-ROWS = [
-    # query, (alpha, beta) -> (alpha', beta'), numerator cells, denominator cells or None, f, m
-    (
-        "hamburger | pepsi=1",
-        ("001", "001"),
-        ("101", "101"),
-        [0, 2, 3, 5, 6, 8, 18, 20, 21, 23, 24, 26],
-        [0, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18, 20, 21, 23, 24, 26],
-        2 / 3,
-        0.0,
-    ),
-    (
-        "fries | hamburger=1",
-        ("100", "100"),
-        ("110", "110"),
-        [0, 1, 2, 6, 7, 8, 18, 19, 20, 24, 25, 26],
-        None,
-        0.5,
-        1.0,
-    ),
-    (
-        "pepsi | fries=1",
-        ("010", "010"),
-        ("011", "011"),
-        [0, 2, 6, 8, 9, 11, 15, 17, 18, 20, 24, 26],
-        None,
-        1.0,
-        0.0,
-    ),
-    ("pepsi | hamburger=1, fries=0", ("110", "100"), ("111", "101"), [3, 5, 21, 23], None, 1.0, -1.0),
-]
-
-
-@pytest.mark.parametrize(("text", "cond", "prime", "num_cells", "den_cells", "f_true", "m_true"), ROWS)
-def test_worked_example_rows(
-    text: str,
-    cond: tuple[str, str],
-    prime: tuple[str, str],
-    num_cells: list[int],
-    den_cells: list[int] | None,
-    f_true: float,
-    m_true: float,
-) -> None:
-    query = parse_query(text, NAMES)
-    assert query.condition.encoding() == cond
-    assert query.condition.with_present(query.target).encoding() == prime
-    sets = query.sets()
-    assert sets.numerator.cells().tolist() == num_cells
-    assert sets.numerator.size == len(num_cells)
-    if den_cells is not None:
-        assert sets.denominator is not None and sets.denominator.cells().tolist() == den_cells
-    # true values from the noise-free one-hot sum, through the protocol and from the raw data
-    (exact,) = answer_queries(ExactOracle(ONE_HOT_SUM), Stats(IOH(3, 1.0)), [query])
-    assert (exact.frequency, exact.mean) == pytest.approx((f_true, m_true), abs=1e-15)
-    assert conditional_truth(table_users(), query) == pytest.approx((f_true, m_true), abs=1e-15)
-
-
-def test_worked_example_mean_cells() -> None:
-    """S+ and S- of m(H | P=1) and m(P | H=1, F=0), and F_110 + F_111 = 0 + 1."""
-    s = parse_query("hamburger | pepsi=1", NAMES).sets()
-    assert s.positive.cells().tolist() == [18, 20, 21, 23, 24, 26]
-    assert s.negative.cells().tolist() == [0, 2, 3, 5, 6, 8]
-    assert ONE_HOT_SUM[s.positive.cells()].sum() == 1 and ONE_HOT_SUM[s.negative.cells()].sum() == 1
-    s = parse_query("pepsi | hamburger=1, fries=0", NAMES).sets()
-    assert s.positive.cells().tolist() == [5, 23] and s.negative.cells().tolist() == [3, 21]
-    assert ONE_HOT_SUM[s.positive.cells()].sum() == 0 and ONE_HOT_SUM[s.negative.cells()].sum() == 1
-    f_110 = Condition.from_bits("111", "110").product_set().cells()
-    f_111 = Condition.from_bits("111", "111").product_set().cells()
-    assert (ONE_HOT_SUM[f_110].sum(), ONE_HOT_SUM[f_111].sum()) == (0, 1)
-    fries_given_h = parse_query("fries | hamburger=1", NAMES).sets()
-    assert ONE_HOT_SUM[fries_given_h.numerator.cells()].sum() == 1
-    assert fries_given_h.denominator is not None and ONE_HOT_SUM[fries_given_h.denominator.cells()].sum() == 2
-
-
-def test_worked_example_counting_operators() -> None:
-    """F^110_100 = {3,4,5,21,22,23} holds 1 user, F^001_000 the 9 Pepsi-less cells holds 0,
-    and I(101) = {010, 012, 210, 212}_3 = {3, 5, 21, 23} (D0 Def.5)."""
-    t = Condition.from_bits("110", "100").product_set()
-    assert t.cells().tolist() == [3, 4, 5, 21, 22, 23] and ONE_HOT_SUM[t.cells()].sum() == 1
-    t = Condition.from_bits("001", "000").product_set()
-    assert t.cells().tolist() == [1, 4, 7, 10, 13, 16, 19, 22, 25] and ONE_HOT_SUM[t.cells()].sum() == 0
-    assert Condition.from_bits("111", "101").product_set().cells().tolist() == [3, 5, 21, 23]
-    assert joint_index(np.array([[0, 1, 0], [0, 1, 2], [2, 1, 0], [2, 1, 2]])).tolist() == [3, 5, 21, 23]
-
-
+# --------------------------------------------------------------------------- §11.6 and §11.7 worked examples
 def test_arithmetic_with_noise() -> None:
     mech, stats = noisy_example()
     assert (mech.p, mech.q) == pytest.approx((0.75, 0.25), abs=1e-15)
@@ -259,13 +118,7 @@ def test_expected_round_trip_fractional_values() -> None:
     users = KVData.from_dense(present, values)
     mech = IOH(3, 1.5)
     stats = mech.expected_stats(users)
-    queries = [
-        ConditionalQuery.build(3, t, dict(zip(keys, bits, strict=True)))
-        for t in range(3)
-        for r in range(3)
-        for keys in itertools.combinations([k for k in range(3) if k != t], r)
-        for bits in itertools.product((0, 1), repeat=r)
-    ]
+    queries = every_query(3)
     for ans in mech.conditional_many(stats, queries):
         f_true, m_true = conditional_truth(users, ans.query)
         assert ans.frequency == pytest.approx(f_true, rel=1e-9)
@@ -289,128 +142,7 @@ def test_variance_example() -> None:
     assert sums.covariance[0, 0] == pytest.approx(11048.08, abs=0.005)
 
 
-# --------------------------------------------------------------------------- queries and parsing
-def test_parse_d0_and_d3_examples() -> None:
-    q = parse_query("pepsi | hamburger=1, fries=0", NAMES)
-    assert (q.target, q.condition.encoding()) == (P, ("110", "100"))
-    assert parse_query("  pepsi|fries = 0 ,hamburger=1 ", NAMES) == q  # order-free, whitespace-tolerant
-    assert parse_query("pepsi | hamburger, fries = 1, 0", NAMES) == q  # grouped notation of D0 Def.2
-    assert parse_query("pepsi", NAMES) == ConditionalQuery(P, Condition.none(3))
-    assert parse_query(" pepsi ", NAMES).condition.is_empty
-    # D3: "cough, cancer = 1, 0" and "cancer, cough = 0, 1" over (cancer, fever, cough) are (101, 001)
-    medical = ("cancer", "fever", "cough")
-    for text in ("fever | cough, cancer = 1, 0", "fever | cancer, cough = 0, 1", "fever | cough=1, cancer=0"):
-        assert parse_query(text, medical).condition.encoding() == ("101", "001")
-    assert ConditionalQuery.from_encoding(1, "101", "001") == parse_query(
-        "fever | cough=1, cancer=0", medical
-    )
-
-
-def test_format_round_trip() -> None:
-    q = ConditionalQuery.build(3, P, [(F, 0), (H, 1)])
-    assert q.format(NAMES) == "pepsi | hamburger=1, fries=0"
-    assert q.format() == "2 | 0=1, 1=0"
-    assert parse_query(q.format(NAMES), NAMES) == q
-    assert str(q.condition) == "(110, 100)"
-
-
-@pytest.mark.parametrize(
-    ("text", "fragment"),
-    [
-        ("burger | pepsi=1", "'burger'"),
-        ("pepsi | burger=1", "'burger'"),
-        ("pepsi | hamburger=1, hamburger=0", "'hamburger' appears twice"),
-        ("pepsi | pepsi=1", "'pepsi' appears in its own conditions"),
-        ("pepsi | hamburger=2", "'2'"),
-        ("pepsi | hamburger", "'hamburger' in query"),
-        ("pepsi | hamburger=1,", "stray ','"),
-        ("pepsi |", "no condition"),
-        ("| pepsi=1", "lacks a target"),
-        ("pepsi | fries=1 | hamburger=1", "more than one '|'"),
-        ("pepsi | hamburger, fries = 1", "2 keys but 1 values"),
-    ],
-)
-def test_parse_errors_name_the_token(text: str, fragment: str) -> None:
-    with pytest.raises(InvalidQuery) as info:
-        parse_query(text, NAMES)
-    assert fragment in str(info.value)
-    assert isinstance(info.value, ValueError)
-
-
-def test_query_validation() -> None:
-    with pytest.raises(InvalidQuery, match="not a subset of alpha"):
-        Condition.from_bits("100", "110")
-    with pytest.raises(InvalidQuery, match="appears in its own conditions"):
-        ConditionalQuery.from_encoding(0, "101", "001")
-    with pytest.raises(InvalidQuery, match="unknown key 3"):
-        ConditionalQuery.build(3, 0, {3: 1})
-    with pytest.raises(InvalidQuery, match="unknown target key 5"):
-        ConditionalQuery.build(3, 5)
-    with pytest.raises(InvalidQuery, match="appears twice"):
-        Condition.from_pairs(3, [(1, 1), (1, 0)])
-    with pytest.raises(InvalidQuery, match="0 \\(absent\\) or 1"):
-        Condition.from_pairs(3, [(1, 2)])
-    with pytest.raises(InvalidQuery, match="one bit per key"):
-        Condition.from_bits("10", "100")
-    with pytest.raises(InvalidQuery, match="listed twice"):
-        parse_query("a", ["a", "a"])
-    assert Condition.from_pairs(3, [(1, 0), (0, 1)]) == Condition.from_pairs(3, {0: 1, 1: 0})
-
-
-def test_product_sets() -> None:
-    everything = ProductSet.everything(2)
-    assert everything.cells().tolist() == list(range(9)) and everything.size == 9
-    t = everything.restrict(0, (2,))
-    assert t.cells().tolist() == [6, 7, 8]
-    assert t.intersection(everything.restrict(1, (0, 2))) == ProductSet(((2,), (0, 2)))
-    assert t.intersection(everything.restrict(0, (0, 1))) is None
-    assert ProductSet(((2, 0, 2), (1,))).allowed == ((0, 2), (1,))
-    with pytest.raises(InvalidQuery):
-        ProductSet(((0, 3), (1,)))
-    with pytest.raises(InvalidQuery):
-        ProductSet(((), (1,)))
-    # cells enumerate exactly the joint states whose digits lie in the sets
-    t = ProductSet(((0, 2), (1,), (0, 1, 2), (2,)))
-    digits = np.array(list(itertools.product(range(3), repeat=4)))
-    inside = np.all([np.isin(digits[:, k], t.allowed[k]) for k in range(4)], axis=0)
-    assert t.cells().tolist() == np.flatnonzero(inside).tolist()
-
-
-def test_joint_state_probabilities_match_digits() -> None:
-    present, values = population(50, seed=4)
-    users = KVData.from_dense(present, values)
-    cells = [ProductSet(tuple((int(s),) for s in digits)) for digits in itertools.product(range(3), repeat=3)]
-    np.testing.assert_allclose(
-        joint_state_probabilities(users), membership(present, values, cells), atol=1e-15
-    )
-
-
-# --------------------------------------------------------------------------- generic ratio algebra
-def test_answer_queries_uses_covariances() -> None:
-    rng = np.random.default_rng(5)
-    root = rng.standard_normal((4, 4))
-    cov = root @ root.T
-    num, pos, neg, den = 30.0, 20.0, 10.0, 60.0
-    stats = Stats(IOH(3, 1.0), {"C": np.zeros(27, dtype=np.int64), "n": np.array([100])})
-    oracle = FixedOracle(np.array([num, pos, neg, den]), cov)
-    (ans,) = answer_queries(oracle, stats, [parse_query("pepsi | fries=1", NAMES)])
-    r = num / den
-    assert ans.frequency == pytest.approx(r)
-    assert ans.frequency_stderr**2 == pytest.approx(
-        (cov[0, 0] - 2 * r * cov[0, 3] + r * r * cov[3, 3]) / den**2
-    )
-    grad = np.array([2 * neg, -2 * pos]) / (pos + neg) ** 2
-    m = (pos - neg) / (pos + neg)
-    assert ans.mean == pytest.approx(m)
-    assert ans.mean_stderr**2 == pytest.approx(grad @ cov[1:3, 1:3] @ grad + (1 - m * m) / (pos + neg))
-    # an empty condition divides by the known n, with no denominator variance
-    (ans,) = answer_queries(
-        FixedOracle(np.array([num, pos, neg]), cov[:3, :3]), stats, [parse_query("pepsi", NAMES)]
-    )
-    assert (ans.frequency, ans.denominator) == (0.3, 100.0)
-    assert ans.frequency_stderr == pytest.approx(math.sqrt(cov[0, 0]) / 100)
-
-
+# --------------------------------------------------------------------------- estimators
 def test_undefined_and_clipped_answers() -> None:
     mech, _ = noisy_example()
     zeros = Stats(mech, {"C": np.zeros(27, dtype=np.int64), "n": np.array([3])})  # A_hat = -1.5 everywhere
@@ -610,13 +342,7 @@ def test_conditional_estimates_near_truth(estimator: str) -> None:
     users = KVData.from_dense(present, values)
     mech = IOH(3, 2.0)
     stats = mech.collect(users, np.random.default_rng(21))
-    queries = [
-        ConditionalQuery.build(3, t, dict(zip(keys, bits, strict=True)))
-        for t in range(3)
-        for r in range(3)
-        for keys in itertools.combinations([k for k in range(3) if k != t], r)
-        for bits in itertools.product((0, 1), repeat=r)
-    ]
+    queries = every_query(3)
     for ans in mech.conditional_many(stats, queries, estimator):
         f_true, m_true = conditional_truth(users, ans.query)
         assert abs(ans.frequency - f_true) < 5 * ans.frequency_stderr, (ans.query.format(NAMES), ans)

@@ -27,7 +27,7 @@ estimator (linear for f, delta method for the mean ratio). It yields
             = Theorem 4 as transcribed (spec §9.4) + (ell - 1) f / n.
 
 The transcription drops the (ell - 1) f / n term, which is zero at ell = 1 only; the
-Monte-Carlo test at ell = 3 (``tests/test_pckv.py``) rejects the transcribed value and
+Monte-Carlo test at ell = 3 (``tests/test_pckv_estimate.py``) rejects the transcribed value and
 accepts this one. For the mean the same term cancels: the delta method on this
 covariance equals Theorem 4's Var[m^] expression for every ell. It is a first-order
 value; Algorithm 4's clipping makes the true variance smaller when |m| is near 1.

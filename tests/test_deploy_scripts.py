@@ -1,0 +1,245 @@
+"""deploy/'s scripts, run for real against stand-ins: the certificate script makes PEM
+files that Kafka reads and kvldp's own TLS settings trust (checked with a TLS handshake),
+and the broker's start script gives the client file's user its SCRAM password, serves
+the health check and refuses a client file the broker cannot serve."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import ssl
+import stat
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvldp.common.kafka_config import KafkaConfig, kafka_config, parse_properties
+from tests.deploy_support import (
+    CERTS_SCRIPT,
+    CLIENT_FILE,
+    DEPLOY,
+    SERVICES,
+    START_SCRIPT,
+    broker_properties,
+    client_properties,
+    mounted_target,
+    script_default,
+    volume_at,
+)
+
+
+def _make_certs(where: Path) -> dict[str, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command")
+    broker, ca = where / "broker", where / "ca"
+    subprocess.run(["sh", str(CERTS_SCRIPT), str(broker), str(ca)], check=True, capture_output=True)
+    return {"pem": broker / "broker.pem", "broker-ca": broker / "ca.crt", "ca": ca / "ca.crt"}
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return _make_certs(tmp_path_factory.mktemp("certs"))
+
+
+def test_certs_service_runs_the_script_into_the_broker_and_client_volumes() -> None:
+    service = SERVICES["certs"]
+    script, broker_dir, ca_dir = service["entrypoint"][-3:]
+    assert script == mounted_target(service, CERTS_SCRIPT)
+    props = broker_properties()
+    assert volume_at(service, broker_dir) == volume_at(SERVICES["kafka"], props["ssl.keystore.location"])
+    assert Path(props["ssl.keystore.location"]).name == "broker.pem"
+    client_ca = client_properties()["ssl.ca.location"]
+    assert volume_at(service, ca_dir) == volume_at(SERVICES["aggregator"], client_ca)
+    assert Path(client_ca).name == "ca.crt"
+    # the kvldp image's own base: no further image to pull, and it has openssl
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    assert f"FROM {service['image']}\n" in dockerfile
+
+
+def test_certs_are_pem_files_kafka_reads_and_clients_trust(certs: dict[str, Path]) -> None:
+    pem = certs["pem"].read_text()
+    # Kafka's PEM keystore: one PKCS#8 key ("PRIVATE KEY", not "RSA PRIVATE KEY"), then the chain
+    assert pem.startswith("-----BEGIN PRIVATE KEY-----")
+    assert pem.count("PRIVATE KEY-----") == 2 and "ENCRYPTED" not in pem
+    assert pem.count("-----BEGIN CERTIFICATE-----") == 2
+    assert certs["ca"].read_text() == certs["broker-ca"].read_text()
+    assert pem.rstrip().endswith(certs["ca"].read_text().rstrip())
+    for path in certs.values():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644, path  # the broker and uid 10001 read them
+    made = {p: p.read_bytes() for p in certs.values()}
+    subprocess.run(["sh", str(CERTS_SCRIPT), str(certs["pem"].parent), str(certs["ca"].parent)], check=True)
+    assert {p: p.read_bytes() for p in certs.values()} == made, "a restart keeps the CA clients trust"
+
+
+def test_client_properties_are_valid_once_the_ca_exists(certs: dict[str, Path]) -> None:
+    """The whole file, checked as kvldp checks it, with its CA path moved here."""
+    config = kafka_config({**client_properties(), "ssl.ca.location": str(certs["ca"])})
+    assert config.uses_tls and config.uses_sasl and config.ssl_check_hostname
+    assert config.sasl_mechanism == "SCRAM-SHA-512" and config.sasl_username
+
+
+@pytest.fixture
+def tls_server(certs: dict[str, Path]) -> Iterator[int]:
+    """A TLS server on 127.0.0.1 with the broker's certificate (handshakes only)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(certs["pem"])
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(10)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                with context.wrap_socket(conn, server_side=True) as tls:
+                    tls.sendall(b"ok")
+            except (OSError, ssl.SSLError):
+                pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        done.set()
+        with socket.create_connection(listener.getsockname(), timeout=10):
+            pass  # wakes the accept() so that the thread sees `done`
+        thread.join(timeout=10)
+        listener.close()
+
+
+def test_the_client_file_trusts_the_broker_by_name(certs: dict[str, Path], tls_server: int) -> None:
+    """kvldp's own TLS context from kafka-client.properties (CA path moved here) accepts
+    the broker as `kafka` and `localhost`, and refuses it under any other name."""
+    config: KafkaConfig = kafka_config({**client_properties(), "ssl.ca.location": str(certs["ca"])})
+    context = config.ssl_context
+    assert context is not None
+    context.verify_flags |= ssl.VERIFY_X509_STRICT
+
+    def connect(name: str) -> bytes:
+        with (
+            socket.create_connection(("127.0.0.1", tls_server), timeout=10) as raw,
+            context.wrap_socket(raw, server_hostname=name) as tls,
+        ):
+            return tls.recv(2)
+
+    assert connect("kafka") == b"ok"
+    assert connect("localhost") == b"ok"
+    with pytest.raises(ssl.SSLCertVerificationError, match=r"mismatch|not valid"):
+        connect("broker.example.com")
+    stranger = ssl.create_default_context()  # the system CAs: the development CA is not among them
+    with (
+        socket.create_connection(("127.0.0.1", tls_server), timeout=10) as raw,
+        pytest.raises(ssl.SSLCertVerificationError),
+    ):
+        stranger.wrap_socket(raw, server_hostname="kafka")
+
+
+STUB_CONFIGS = """#!/usr/bin/env bash
+# kafka-configs.sh stand-in: logs its arguments and the --add-config-file it is given
+{ printf 'ARGS'; printf ' %s' "$@"; echo; } >> "$STUB_LOG"
+previous=
+for arg in "$@"; do
+    if [[ $previous == --add-config-file ]]; then
+        echo "MODE $(stat -c %a "$arg")" >> "$STUB_LOG"
+        echo "FILE $(cat "$arg")" >> "$STUB_LOG"
+    fi
+    previous=$arg
+done
+[[ " $* " == *" --describe "* ]] && cat "$STUB_DESCRIBE"
+exit 0
+"""
+
+
+def _run_start(
+    tmp_path: Path, client: str, *args: str, describe: str = ""
+) -> subprocess.CompletedProcess[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    configs = bin_dir / "kafka-configs.sh"
+    configs.write_text(STUB_CONFIGS)
+    configs.chmod(0o755)
+    run = tmp_path / "run"
+    run.write_text('#!/usr/bin/env bash\necho "image entrypoint started"\n')
+    run.chmod(0o755)
+    (tmp_path / "client.properties").write_text(client)
+    (tmp_path / "describe").write_text(describe)
+    env = {
+        **os.environ,
+        "KVLDP_CLIENT_CONFIG": str(tmp_path / "client.properties"),
+        "KVLDP_KAFKA_BIN": str(bin_dir),
+        "KVLDP_KAFKA_RUN": str(run),
+        "STUB_LOG": str(tmp_path / "log"),
+        "STUB_DESCRIBE": str(tmp_path / "describe"),
+    }
+    return subprocess.run(
+        ["bash", str(START_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def _wait_for_log(path: Path, text: str) -> str:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return path.read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never logged")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_start_script_gives_the_client_files_user_its_password(tmp_path: Path) -> None:
+    password = r"s3cr\et=x:y, ]"
+    client = CLIENT_FILE.read_text().replace("sasl.password=change-me", f"sasl.password = {password}  ")
+    assert parse_properties(client, "x")["sasl.password"] == password  # as kvldp reads it
+    result = _run_start(tmp_path, client)
+    assert result.returncode == 0, result.stderr
+    assert "image entrypoint started" in result.stdout  # the image's own entrypoint runs
+    log = _wait_for_log(tmp_path / "log", "FILE ")
+    admin = script_default("KVLDP_KAFKA_ADMIN")
+    user = client_properties()["sasl.username"]
+    assert (
+        f"ARGS --bootstrap-server {admin} --alter --entity-type users --entity-name {user} --add-config-file"
+        in log
+    )
+    assert password not in log.split("FILE ")[0], "the password went on a command line"
+    assert "MODE 600" in log
+    # a Java properties line: backslashes escaped, the rest verbatim
+    assert "FILE SCRAM-SHA-512=iterations=8192,password=" + password.replace("\\", "\\\\") in log
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_start_script_health_check(tmp_path: Path) -> None:
+    client = CLIENT_FILE.read_text()
+    present = "SCRAM credential configs for user-principal 'kvldp' are SCRAM-SHA-512=iterations=8192\n"
+    assert _run_start(tmp_path, client, "--check", describe=present).returncode == 0
+    absent = "SCRAM credential configs for user-principal 'kvldp' are \n"
+    assert _run_start(tmp_path, client, "--check", describe=absent).returncode != 0
+    other = "SCRAM credential configs for user-principal 'kvldp' are SCRAM-SHA-256=iterations=8192\n"
+    assert _run_start(tmp_path, client, "--check", describe=other).returncode != 0
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("sasl.password=change-me\n", ""), "needs sasl.username and sasl.password"),
+        (("sasl.username=kvldp\n", "#sasl.username=kvldp\n"), "needs sasl.username and sasl.password"),
+        (("sasl.mechanism=SCRAM-SHA-512", "sasl.mechanism=PLAIN"), "offers SCRAM-SHA-512 only"),
+    ],
+)
+def test_start_script_refuses_a_client_file_the_broker_cannot_serve(
+    tmp_path: Path, change: tuple[str, str], message: str
+) -> None:
+    client = CLIENT_FILE.read_text()
+    assert change[0] in client
+    result = _run_start(tmp_path, client.replace(*change))
+    assert result.returncode != 0 and message in result.stderr
+    assert "image entrypoint started" not in result.stdout

@@ -1,0 +1,330 @@
+"""PCKV's estimators and variances (spec §9.4-9.5, :mod:`kvldp.common.mechanisms.pckv_estimate`):
+expected-count round trips, Algorithm 4's inverse and corrections, Monte-Carlo checks of
+the analytic variances, EM and the normsub projection.
+
+Statistical tests use fixed seeds and tolerances derived from the analytic variances:
+means within 4 standard errors of the Monte-Carlo average (sd = sqrt(Var / R)), sample
+variances within 15% of the formula (the sd of a variance ratio over R repeats is
+sqrt(2 / R), so 15% is 4.7 sd at R = 2000 and 3.4 sd at R = 1000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pytest
+
+from kvldp.common.em import em_counts
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.pckv import PCKV, PCKVGRR, PCKVUE
+from kvldp.common.stats import Stats
+from tests.pckv_support import MECHS, population
+
+
+# ---------------------------------------------------------------------- helpers
+def tile(users: KVData, reps: int) -> KVData:
+    """The population repeated ``reps`` times (one perturbation call for all repeats)."""
+    n_pairs = users.keys.shape[0]
+    ends = (users.indptr[None, 1:] + n_pairs * np.arange(reps)[:, None]).ravel()
+    return KVData(users.d, np.r_[0, ends], np.tile(users.keys, reps), np.tile(users.values, reps))
+
+
+def section95_population() -> KVData:
+    """n = 100000, key 0 held by 20000 users (15000 at +1, 5000 at -1: f = 0.2, m = 0.5);
+    60000 users hold one of keys 1..4, 20000 hold nothing — every user holds <= ell = 1 key."""
+    keys = np.r_[np.zeros(20000, dtype=np.int64), np.arange(60000) % 4 + 1, -np.ones(20000, dtype=np.int64)]
+    values = np.r_[np.ones(15000), -np.ones(5000), np.linspace(-1, 1, 60000), np.zeros(20000)]
+    return KVData.from_single_key(5, keys, values)
+
+
+def transcribed_theorem4(mech: PCKV, n: int, f: np.ndarray) -> np.ndarray:
+    """Var[f^] as transcribed in spec §9.4 (X2's Theorem 4)."""
+    a, b, ell = mech.a, mech.b, mech.ell
+    return ell**2 * b * (1 - b) / (n * (a - b) ** 2) + ell * f * (1 - a - b) / (n * (a - b))
+
+
+def repeated_estimates(
+    mech: PCKV, users: KVData, reps: int, seed: int, estimator: str = "unbiased"
+) -> tuple[np.ndarray, np.ndarray]:
+    """(reps, d) frequencies and means, each repeat folded and estimated on its own."""
+    batch = mech.perturb_many(tile(users, reps), np.random.default_rng(seed))
+    n = users.n_users
+    freqs, means = [], []
+    for r in range(reps):
+        stats = mech.new_stats().fold({k: v[r * n : (r + 1) * n] for k, v in batch.items()})
+        est = mech.estimate(stats, estimator)
+        freqs.append(est.frequency)
+        means.append(est.mean)
+    return np.array(freqs), np.array(means)
+
+
+# ---------------------------------------------------------------------- §9.5 vectors
+def test_ue_round_trip_section95() -> None:
+    """Expected counts (spec §0.6): E[n1], E[n2], then every estimator recovers f and m."""
+    mech = PCKVUE(5, 1.0)
+    users = section95_population()
+    expected = mech.expected_stats(users)
+    assert expected.arrays["n1"][0] == pytest.approx(20145.509255318782, rel=1e-9)
+    assert expected.arrays["n2"][0] == pytest.approx(17834.923469018733, rel=1e-9)
+    f_true, m_true = users.truth()
+    for name in ("unbiased", "paper", "normsub"):
+        est = mech.estimate(expected, name)
+        np.testing.assert_allclose(est.frequency, f_true, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(est.mean, m_true, rtol=1e-9)
+    est = mech.estimate(expected, "em", tol=1e-14, max_iter=100_000)
+    assert est.diagnostics["em_unconverged_keys"] == 0
+    np.testing.assert_allclose(est.frequency, f_true, rtol=1e-8)
+    np.testing.assert_allclose(est.mean, m_true, rtol=1e-8)
+    # Theorem 4 at ell = 1, evaluated at the estimate (f = 0.2, m = 0.5)
+    est = mech.estimate(expected, "unbiased")
+    assert est.frequency_stderr[0] ** 2 == pytest.approx(1.0274963852e-4, rel=1e-9)
+    assert est.mean_stderr[0] ** 2 == pytest.approx(2.3249951576e-3, rel=1e-9)
+
+
+@pytest.mark.parametrize("cls", MECHS)
+@pytest.mark.parametrize("ell", [1, 3])
+def test_expected_count_round_trip(cls: type[PCKV], ell: int) -> None:
+    """Truth is recovered exactly from expected counts when every user holds <= ell keys."""
+    groups: list[tuple[int, Mapping[int, float]]] = [
+        (400, {0: 0.4}),
+        (300, {1: -0.6}),
+        (200, {}),
+        (100, {3: -1.0}),
+    ]
+    if ell == 3:
+        groups += [(300, {1: -0.6, 2: 0.2}), (100, {2: 1.0, 3: -1.0}), (150, {0: -0.3, 3: 0.8, 4: 0.1})]
+    users = population(5, groups)
+    f_true, m_true = users.truth()
+    held = f_true > 0
+    # count_floor = 0: no correction binds on exact expectations (spec §0.6, m = -1 included)
+    mech = cls(5, 1.5, ell=ell, count_floor=0)
+    expected = mech.expected_stats(users)
+    for name in ("unbiased", "paper", "normsub"):
+        est = mech.estimate(expected, name)
+        np.testing.assert_allclose(est.frequency[held], f_true[held], rtol=1e-9)
+        np.testing.assert_allclose(est.mean[held], m_true[held], rtol=1e-9, atol=1e-12)
+
+
+def test_users_with_more_than_ell_keys_are_undercounted() -> None:
+    """The documented bias: a user with |S| > ell contributes ell/|S| of a holder."""
+    users = population(4, [(500, {0: 0.5, 1: 0.5, 2: 0.5, 3: 0.5}), (500, {})])
+    for cls in MECHS:
+        mech = cls(4, 2.0, ell=2)
+        est = mech.estimate(mech.expected_stats(users), "unbiased")
+        np.testing.assert_allclose(est.frequency, 0.5 * 2 / 4, rtol=1e-9)
+        assert est.diagnostics["assumes"] == "every user holds at most ell keys"
+
+
+# ---------------------------------------------------------------------- Algorithm 4
+@pytest.mark.parametrize("cls", MECHS)
+def test_algorithm4_closed_form_inverse(cls: type[PCKV]) -> None:
+    rng = np.random.default_rng(11)
+    mech = cls(30, 1.7, ell=2)
+    n = 5000.0
+    n1 = rng.integers(0, 2000, size=30).astype(np.float64)
+    n2 = rng.integers(0, 2000, size=30).astype(np.float64)
+    c1, c2 = mech.linear_counts(n, n1, n2)
+    rhs = np.stack([n1 - n * mech.b / 2, n2 - n * mech.b / 2])
+    solved = np.linalg.solve(mech.count_matrix(), rhs)
+    np.testing.assert_allclose(c1, solved[0], rtol=1e-10, atol=1e-8)
+    np.testing.assert_allclose(c2, solved[1], rtol=1e-10, atol=1e-8)
+    # identities: the difference calibrates the value, the sum is n f / ell (baseline)
+    np.testing.assert_allclose(c1 - c2, (n1 - n2) / (mech.a * (2 * mech.p - 1)), rtol=1e-10, atol=1e-8)
+    f_raw = mech.estimate(
+        Stats(mech, {"n1": n1.astype(np.int64), "n2": n2.astype(np.int64), "n": np.array([5000])}), "unbiased"
+    ).frequency
+    np.testing.assert_allclose(c1 + c2, n * f_raw / mech.ell, rtol=1e-10, atol=1e-8)
+
+
+@pytest.mark.parametrize("floor", [0, 1])
+def test_algorithm4_corrections(floor: int) -> None:
+    """f corrected into [1/n, 1]; counts clipped into [floor, N] lower bound first."""
+    mech = PCKVUE(4, 2.0, count_floor=floor)
+    n = 10_000
+    # calibrated counts (N+, N-) per key, mapped to observations by A (tested above):
+    # key 0: nothing above the noise (f_raw < 0); key 1: N- < 0 (clipped to the floor);
+    # key 2: interior; key 3: far more nonzero symbols than possible (f_raw > 1)
+    latent = np.array([[-40.0, -40.0], [900.0, -60.0], [700.0, 300.0], [20_000.0, 20_000.0]])
+    observed = latent @ mech.count_matrix().T + n * mech.b / 2
+    n1, n2 = np.round(observed).astype(np.int64).T
+    stats = Stats(mech, {"n1": n1, "n2": n2, "n": np.array([n])})
+    paper = mech.estimate(stats, "paper")
+    raw = mech.estimate(stats, "unbiased").frequency
+    assert raw[0] < 0 and raw[3] > 1
+    np.testing.assert_allclose(paper.frequency, np.clip(raw, 1 / n, 1), rtol=1e-12)
+    assert np.all(np.abs(paper.mean[1:]) <= 1)
+    assert paper.diagnostics["frequency_corrected"] == 2
+    big_n = n * paper.frequency / mech.ell
+    c1, c2 = mech.linear_counts(float(n), n1.astype(float), n2.astype(float))
+    # key 0: f raised to 1/n, so N = 1/ell; the published mean would be a clipping artefact
+    # (both counts end at N when the floor is 1): undefined, counted, with no standard error
+    assert np.isnan(paper.mean[0]) and np.isnan(paper.mean_stderr[0])
+    assert paper.diagnostics["undefined_means"] == 1
+    # key 3: f corrected down to 1, N = n/ell, both counts clipped to N
+    assert paper.frequency[3] == 1.0 and paper.mean[3] == 0.0
+    # key 1: N- < 0 goes up to the floor; N+ then exceeds N = N+ + N- and goes down to N
+    assert c2[1] < 0 and c1[1] > big_n[1]
+    assert paper.mean[1] == pytest.approx((big_n[1] - floor) / big_n[1], rel=1e-12)
+    # key 2: no correction binds, the mean is the baseline ratio
+    assert paper.mean[2] == pytest.approx((c1[2] - c2[2]) / big_n[2], rel=1e-12)
+    assert paper.diagnostics["counts_clipped"] == 3
+    # the unbiased estimator reports the raw frequency but the same Algorithm-4 mean
+    np.testing.assert_array_equal(mech.estimate(stats, "unbiased").mean, paper.mean)
+
+
+# ---------------------------------------------------------------------- Monte Carlo
+MC_ELL1: list[tuple[int, Mapping[int, float]]] = [(120, {0: 0.5}), (60, {1: -0.3}), (30, {2: 1.0}), (90, {})]
+MC_ELL3: list[tuple[int, Mapping[int, float]]] = [
+    (150, {0: 0.5, 1: -0.2, 2: 1.0}),
+    (60, {0: 0.5, 3: -1.0}),
+    (30, {3: -1.0}),
+    (60, {}),
+]
+
+
+@pytest.mark.parametrize(
+    ("cls", "ell", "eps", "seed"),
+    [(PCKVUE, 1, 1.0, 1), (PCKVGRR, 1, 1.0, 2), (PCKVUE, 3, 4.0, 3), (PCKVGRR, 3, 4.0, 4)],
+)
+def test_frequency_unbiased_and_variance(cls: type[PCKV], ell: int, eps: float, seed: int) -> None:
+    """R = 2000 collections of n = 300 users: mean error and variance of f^ against the
+    exact variance. At ell = 3 (large eps, so the f-term matters) the transcribed Theorem 4
+    is also checked and must be rejected: it lacks the (ell - 1) f / n term."""
+    reps = 2000
+    users = population(4, MC_ELL3 if ell == 3 else MC_ELL1)
+    n = users.n_users
+    f_true, m_true = users.truth()
+    mech = cls(4, eps, ell=ell)
+    freqs, _ = repeated_estimates(mech, users, reps, seed)
+    var_f, _ = mech.variances(n, f_true, np.nan_to_num(m_true))
+    # exact closed form of the analytic variance (derived in the module docstring)
+    np.testing.assert_allclose(
+        var_f, transcribed_theorem4(mech, n, f_true) + (ell - 1) * f_true / n, rtol=1e-10
+    )
+    err = freqs.mean(axis=0) - f_true
+    assert np.all(np.abs(err) < 4 * np.sqrt(var_f / reps)), err / np.sqrt(var_f / reps)
+    ratio = freqs.var(axis=0, ddof=1) / var_f
+    assert np.all(np.abs(ratio - 1) < 0.15), ratio
+    transcribed = freqs.var(axis=0, ddof=1) / transcribed_theorem4(mech, n, f_true)
+    if ell == 1:
+        np.testing.assert_allclose(transcribed, ratio, rtol=1e-12)
+    else:
+        held = f_true >= 0.5
+        assert np.all(np.abs(transcribed[held] - 1) > 0.15), transcribed
+
+
+@pytest.mark.parametrize(("cls", "seed"), [(PCKVUE, 5), (PCKVGRR, 6)])
+def test_mean_variance(cls: type[PCKV], seed: int) -> None:
+    """Algorithm-4 mean at ell = 3: variance against the delta method, bias against its
+    second-order term m b(1-b-delta)/(n delta^2). The population keeps the denominator's
+    coefficient of variation below 10%, so the neglected higher-order terms (relative order
+    3 CV^2 < 3%) stay well inside the 15% band."""
+    reps, ell, eps = 1000, 3, 4.0
+    users = population(3, [(1800, {0: 0.5, 1: -0.2, 2: 0.3}), (1200, {})])
+    n = users.n_users
+    f_true, m_true = users.truth()
+    mech = cls(3, eps, ell=ell)
+    _, means = repeated_estimates(mech, users, reps, seed)
+    _, var_m = mech.variances(n, f_true, m_true)
+    delta = (mech.a - mech.b) * f_true / ell
+    cov = mech.count_covariance(n, f_true, m_true)
+    cv = np.sqrt(cov.sum(axis=(1, 2))) / (mech.a - mech.b) / (n * f_true / ell)
+    assert np.all(cv < 0.1)
+    bias = m_true * mech.b * (1 - mech.b - delta) / (n * delta**2)
+    err = means.mean(axis=0) - m_true - bias
+    assert np.all(np.abs(err) < 4 * np.sqrt(var_m / reps)), err / np.sqrt(var_m / reps)
+    ratio = means.var(axis=0, ddof=1) / var_m
+    assert np.all(np.abs(ratio - 1) < 0.15), ratio
+
+
+# ---------------------------------------------------------------------- EM and normsub
+@pytest.fixture(scope="module")
+def interior_stats() -> tuple[PCKV, Stats, Stats]:
+    """Two disjoint PCKV-UE collections (ell = 2) whose linear estimates are interior."""
+    mech = PCKVUE(6, 2.0, ell=2)
+    users = population(
+        6,
+        [
+            (6000, {0: 0.3, 1: -0.5}),
+            (4000, {2: 0.8}),
+            (3000, {3: -0.1, 4: 0.6}),
+            (3000, {5: 0.0}),
+            (4000, {}),
+        ],
+    )
+    rng = np.random.default_rng(21)
+    return mech, mech.collect(users, rng), mech.collect(users, rng)
+
+
+def test_em_monotone_simplex_and_linear(interior_stats: tuple[PCKV, Stats, Stats]) -> None:
+    mech, stats, _ = interior_stats
+    n = float(stats.n_reports)
+    n1 = stats.arrays["n1"].astype(np.float64)
+    n2 = stats.arrays["n2"].astype(np.float64)
+    counts = np.stack([n1, n2, n - n1 - n2], axis=1)
+    res = em_counts(mech.transition(), counts, tol=1e-10, trace=True)
+    ll = np.array(res.loglik)
+    assert np.all(np.diff(ll, axis=0) >= -1e-9 * np.abs(ll[1:]))
+    assert np.all(res.theta >= 0)
+    np.testing.assert_allclose(res.theta.sum(axis=1), 1.0, rtol=1e-12)
+    c1, c2 = mech.linear_counts(n, n1, n2)
+    assert np.all(c1 > 0) and np.all(c2 > 0) and np.all(c1 + c2 < n)  # interior: the test is meaningful
+    em = mech.estimate(stats, "em", tol=1e-13, max_iter=100_000)
+    unbiased = mech.estimate(stats, "unbiased")
+    assert em.diagnostics["em_unconverged_keys"] == 0
+    np.testing.assert_allclose(em.frequency, unbiased.frequency, rtol=1e-8)
+    np.testing.assert_allclose(em.mean, unbiased.mean, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(em.frequency_stderr, unbiased.frequency_stderr, rtol=1e-6)
+    assert em.latent is not None
+    np.testing.assert_allclose(em.latent[:, 0] * n, c1, rtol=1e-8)
+
+
+def test_em_warm_start(interior_stats: tuple[PCKV, Stats, Stats]) -> None:
+    mech, first, second = interior_stats
+    previous = mech.estimate(first, "em", tol=1e-10)
+    merged = first.merge(second)
+    cold = mech.estimate(merged, "em", tol=1e-10)
+    warm = mech.estimate(merged, "em", tol=1e-10, warm_start=previous)
+    assert warm.diagnostics["em_warm_start"] and not cold.diagnostics["em_warm_start"]
+    assert warm.diagnostics["em_iterations"] < cold.diagnostics["em_iterations"]
+    np.testing.assert_allclose(warm.frequency, cold.frequency, rtol=1e-6)
+    np.testing.assert_allclose(warm.mean, cold.mean, rtol=1e-6, atol=1e-8)
+    with pytest.raises(TypeError, match="em takes"):
+        mech.estimate(merged, "em", tolerance=1e-3)
+    with pytest.raises(TypeError, match="no options"):
+        mech.estimate(merged, "paper", tol=1e-3)
+
+
+def test_normsub_projection() -> None:
+    """Negative shares are zeroed (mean NaN, counted) and the rest is consistent."""
+    mech = PCKVGRR(5, 1.0, ell=2)
+    users = population(5, [(3000, {0: 0.5, 1: -0.5}), (2000, {2: 0.9}), (5000, {})])
+    stats = mech.collect(users, np.random.default_rng(31))
+    arrays = {k: v.copy() for k, v in stats.arrays.items()}
+    # key 4 (held by nobody): both symbols slightly below the non-holder level -> negative shares
+    arrays["n1"][4] = arrays["n2"][4] = round(stats.n_reports * mech.b / 2) - 30
+    stats = Stats(mech, arrays)
+    n = float(stats.n_reports)
+    c1, c2 = mech.linear_counts(n, arrays["n1"].astype(np.float64), arrays["n2"].astype(np.float64))
+    assert c1[4] < 0 and c2[4] < 0 and np.all(c1[:4] > 0) and np.all(c2[:4] > 0)
+    est = mech.estimate(stats, "normsub")
+    assert np.all(est.frequency >= 0) and est.frequency.sum() / mech.ell <= 1 + 1e-12
+    assert est.frequency[4] == 0 and np.isnan(est.mean[4]) and np.isnan(est.mean_stderr[4])
+    assert est.diagnostics["undefined_means"] == 1
+    assert np.all(np.abs(est.mean[:4]) <= 1)
+    # the positive shares all move by one common amount tau: f drops by 2 ell tau
+    unbiased = mech.estimate(stats, "unbiased")
+    shift = (unbiased.frequency[:4] - est.frequency[:4]) / (2 * mech.ell)
+    assert shift[0] > 0
+    np.testing.assert_allclose(shift, shift[0], rtol=1e-9)
+
+
+@pytest.mark.parametrize("cls", MECHS)
+def test_no_reports_gives_nan(cls: type[PCKV]) -> None:
+    mech = cls(3, 1.0)
+    for name in mech.estimator_names:
+        est = mech.estimate(mech.new_stats(), name)
+        for col in (est.frequency, est.frequency_stderr, est.mean, est.mean_stderr):
+            assert np.all(np.isnan(col))
+        assert est.diagnostics["undefined_means"] == 3
