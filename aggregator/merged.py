@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 from collections.abc import Callable
 
+from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.exporter import Exporter, HttpSecurity
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch
 from kvldp.aggregator.statetopic import StateFollower, decode
@@ -27,10 +27,6 @@ from kvldp.common.collection import Collection
 from kvldp.common.control import is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.kafka_config import KafkaConfig, as_kafka_config
-
-
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
 
 
 class MergedExporter:
@@ -43,7 +39,7 @@ class MergedExporter:
         metrics_host: str = "127.0.0.1",
         metrics_port: int = 9108,
         refit_interval: float | None = None,
-        log: Callable[[str], None] = _stderr,
+        log: Callable[[str], None] = stderr_line,
         security: HttpSecurity | None = None,
     ) -> None:
         if is_interactive(collection):

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import CommitFailedError, KafkaError
 
+from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.consumer import MAX_RECORDS, reports_consumer
 from kvldp.aggregator.control import ControlPublisher
 from kvldp.aggregator.dlq import dead_letter, dlq_producer
@@ -59,10 +59,6 @@ from kvldp.common.wire import WireFormat
 ROLES = ("all", "worker")
 
 
-def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 class Aggregator:
     """Consumes one collection's reports topic (all partitions, or a worker's share)."""
 
@@ -75,7 +71,7 @@ class Aggregator:
         state_dir: str | Path | None = None,
         refit_interval: float | None = None,
         checkpoint_interval: float = 1.0,
-        log: Callable[[str], None] = _stderr,
+        log: Callable[[str], None] = stderr_line,
         security: HttpSecurity | None = None,
         role: str = "all",
     ) -> None:
