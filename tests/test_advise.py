@@ -13,11 +13,11 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.advise import CANDIDATES, advise, reference_population
+from kvldp.advise import CANDIDATES, advise, candidates, reference_population
 from kvldp.common.mechanisms import create
 from kvldp.evaluate import evaluate
 from kvldp.predict import clipped_normal_mse, predict
-from kvldp.producer.datasets import Dataset
+from kvldp.producer.datasets import GENERATORS, Dataset
 from tests.support import run_kvldp
 
 GRID = [(10, 1.0, 1), (10, 4.0, 3), (40, 2.0, 1), (40, 1.0, 8)]
@@ -136,3 +136,48 @@ def test_advise_cli_json_ranks_best_first() -> None:
 def test_advise_rejects_more_keys_per_device_than_keys() -> None:
     done = run_kvldp("advise", "--keys", "5", "--epsilon", "1", "--keys-per-device", "6", timeout=60)
     assert done.returncode == 2 and "exceeds --keys 5" in done.stderr
+
+
+@pytest.mark.parametrize(("eps", "t"), [(1.0, 1), (2.0, 1), (3.0, 2), (4.0, 2), (5.0, 3)])
+def test_frequency_ranking_offers_kvue_multi_with_t_chosen_by_the_prediction(eps: float, t: int) -> None:
+    """Like PCKV's ell, kvue_multi's t is the argmin of the predicted MSE_f on the reference
+    population (t = 1..4 scored here); on Sun's Fig. 1 setting it is the rule's t."""
+    d, per_device, users = 100, 50, 100_000
+    ranking = advise(d, eps, per_device, users, "frequency")
+    ours = next(a for a in ranking if a.mechanism == "kvue_multi")
+    assert ours.params == {"t": t}
+    pop = reference_population(d, per_device, users)
+    scale = users / pop.n_users
+    scores = {
+        k: predict(create("kvue_multi", d, eps, t=k), pop, scale_users=scale).average()[0]
+        for k in (1, 2, 3, 4)
+    }
+    assert min(scores, key=lambda k: scores[k]) == t
+    assert ours.predicted_mse_frequency == pytest.approx(scores[t], rel=1e-12)
+    if t > 1:
+        assert ranking[0].mechanism == "kvue_multi" and f"t={t} keys per report" in ranking[0].why
+
+
+def test_kvue_multi_is_ranked_for_the_frequency_objective_only() -> None:
+    for objective in ("sum", "mean"):
+        assert all(a.mechanism != "kvue_multi" for a in advise(100, 5.0, 50, 100_000, objective))
+
+
+def test_frequency_pick_on_sun_data_is_within_20_percent_of_the_best_simulated() -> None:
+    """Sun et al.'s uniform data (d = 100, 20,000 devices, eps = 5): the first three of the
+    frequency ranking simulated (R = 3, their own estimators); the first has the lowest
+    MSE_f up to 20%."""
+    ranking = advise(100, 5.0, 50, 20_000, "frequency")[:3]
+    pop = Dataset("sun", GENERATORS["sun_uniform"](20_000, 100, np.random.default_rng(5)), 0)
+    simulated = {
+        a.mechanism: evaluate(
+            create(a.mechanism, 100, 5.0, **a.params),
+            candidates("frequency")[a.mechanism][0],
+            pop,
+            3,
+            seed=7,
+            show_progress=False,
+        )["mse_frequency"]
+        for a in ranking
+    }
+    assert simulated[ranking[0].mechanism] <= 1.2 * min(simulated.values()), simulated
