@@ -3,8 +3,12 @@
 The population is generated once from the seed; each repeat re-runs the mechanism's
 randomness on it (as the papers do), through the same ``collect``/``estimate`` code a
 live collection uses. Metrics average over repeats: MSE and MAE of frequencies (as
-fractions of users) over all keys, and of means over keys whose true and estimated
-means are both defined — undefined estimates are excluded and counted, never zeroed.
+fractions of users) over all keys, and of means over every key whose true mean is
+defined (someone holds it). An estimator that leaves such a key's mean undefined is
+scored as answering 0, the centre of the value range [-1, 1] and the least-bad answer
+without information, and the key is counted in ``undefined_means``: so every estimator
+is scored on the same keys, and declining to answer is never cheaper than the
+no-information answer (which is what Algorithm 4's clipping prints for PCKV).
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ def score(freq: FloatArray, mean: FloatArray, true_f: FloatArray, true_m: FloatA
     df = freq - true_f
     f_ok = np.isfinite(df)
     m_defined = np.isfinite(true_m)
-    dm = mean - true_m
+    dm = np.where(np.isfinite(mean), mean, 0.0) - true_m
     m_ok = np.isfinite(dm)
     return RepeatScore(
         mse_frequency=float(np.mean(df[f_ok] ** 2)) if f_ok.any() else float("nan"),

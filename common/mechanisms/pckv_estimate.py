@@ -10,13 +10,40 @@ Estimators (``estimator_names``):
 
 * ``unbiased``: f = ell((n1+n2)/n - b)/(a-b), raw and exactly unbiased (may leave [0, 1]);
   mean by Algorithm 4 (f corrected into [1/n, 1] internally, n1^, n2^ = A^-1(...) clipped
-  into [count_floor, N_j], lower bound first). Where the correction had to raise f to 1/n
-  the mean carries no information (Algorithm 4 would print a clipping artefact, 0): NaN.
-* ``paper``: Algorithm 4 as published; the reported frequency is the corrected one too.
+  into [count_floor, N_j], lower bound first). Where the linear estimate of the key's
+  holders, n f/ell, is below one user the mean is undefined (NaN): Algorithm 4 would print
+  a clipping artefact there (0 with count_floor = 1).
+* ``paper``: Algorithm 4 as published, the authors' code line for line: f corrected into
+  [1/n, 1] and the mean of every key, the artefact included, so no key is left without a
+  mean. Its standard error is capped at 1 + |m|, the largest error a mean in [-1, 1] can
+  have.
 * ``em``: per-key composite EM on (n1, n2, n - n1 - n2) with the 3x3 P of §9.4;
   f = ell(theta+ + theta-), m = (theta+ - theta-)/(theta+ + theta-); warm-startable.
+  The mean follows the same rule as ``unbiased``: undefined where the linear holder
+  estimate is below one (see "Why EM lost to Algorithm 4 on means" below).
 * ``normsub``: the per-item sampled shares (n1^/n, n2^/n of every real key plus the
   remaining mass as one "rest" item) projected onto the simplex.
+* ``eb``: empirical Bayes on top of the EM fit (:mod:`~kvldp.common.shrinkage`): the
+  unbiased frequencies and the EM means, each with its analytic variance, are shrunk
+  toward a normal prior fitted across the keys, so a key with little information gets
+  (close to) the population's centre with the prior's spread as its standard error, and
+  every key has a mean.
+
+Why EM lost to Algorithm 4 on means. The per-key likelihood is correctly specified: a
+user's symbol at key j depends only on whether it sampled j and with which v*, and the
+padding, the dummies and the uniform sampling among the padded set only set how many
+users are in each of the three states, which is what theta estimates (at ell = 1 the
+coupling "one sampled slot per user" only adds sum_j theta_j <= 1, inactive when keys are
+many). Where its maximiser is interior it equals the linear inversion, so EM and
+Algorithm 4 agree on every key with enough holders. They part on keys whose linear
+holder estimate is below one user (rare keys, small epsilon) but whose +1 count alone
+exceeds the background (n1^ > 0 > n2^): the maximiser sits on the face theta- = 0 with
+thousands of fitted holders, and the plug-in mean (theta+ - theta-)/(theta+ + theta-) is
+exactly +1 whatever the data say about the sign split, a boundary artefact of a ratio, not
+information. Algorithm 4 prints 0 there. With means spread over [-1, 1] the +-1 answer
+costs 1 + m^2 in squared error against m^2 for 0, which is the whole 5-23% loss
+measured at epsilon = 1 on the same reports (``tests/test_pckv_estimate.py``). EM's mean
+therefore follows Algorithm 4's rule: no mean where fewer than one holder is estimated.
 
 Standard errors are analytic: the exact covariance of (n1[j], n2[j]) given a two-type
 population (n f holders sampling j with weight 1/ell and sharing the value m, as in
@@ -40,6 +67,7 @@ estimators cannot undo it). No error is raised: the data model allows such users
 
 from __future__ import annotations
 
+import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -48,11 +76,15 @@ from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.primitives import FloatArray
+from kvldp.common.shrinkage import shrink
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import ratio_variance, stderr
 
 ASSUMES = "every user holds at most ell keys"
+#: ``eb`` fits the means' prior on keys whose mean has sd <= 1/4 only: there clipping into
+#: [-1, 1] rarely binds and the estimate is close to normal
+MEAN_FIT_VARIANCE = 1.0 / 16.0
 
 
 class PCKVEstimation(Mechanism):
@@ -62,7 +94,7 @@ class PCKVEstimation(Mechanism):
     subclass's ``_setup``.
     """
 
-    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "paper", "em", "normsub")
+    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "paper", "em", "normsub", "eb")
 
     ell: int
     count_floor: float
@@ -123,8 +155,13 @@ class PCKVEstimation(Mechanism):
         n2 = stats.arrays["n2"].astype(np.float64)
         diag: dict[str, Any] = {"assumes": ASSUMES}
         latent: FloatArray | None = None
-        if estimator == "em":
+        if n > 0:
+            # the linear estimate of every key's holders is below one user: no mean there
+            unheld = self.baseline_frequency(n, n1, n2) < 1.0 / n
+        if estimator in ("em", "eb"):
             freq, mean, latent = self._em(n, n1, n2, options, diag)
+            if n > 0:
+                mean = np.where(unheld, np.nan, mean)
         else:
             if options:
                 raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
@@ -134,18 +171,24 @@ class PCKVEstimation(Mechanism):
                 freq, mean = self._normsub(n, n1, n2)
             else:
                 corrected, mean = self.algorithm4(n, n1, n2, diag)
-                freq = self.baseline_frequency(n, n1, n2) if estimator == "unbiased" else corrected
+                if estimator == "unbiased":
+                    freq, mean = self.baseline_frequency(n, n1, n2), np.where(unheld, np.nan, mean)
+                else:
+                    freq = corrected
         var_f, var_m = self.variances(n, freq, mean)
+        if estimator == "eb" and n > 0:
+            freq, mean, var_f, var_m = self._shrink(n, n1, n2, freq, mean, diag)
         diag["undefined_means"] = int(np.sum(np.isnan(mean)))
         if n <= 0:
             diag["no_reports"] = True
+        mean_se = np.minimum(stderr(var_m), 1.0 + np.abs(mean))
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
             frequency=freq,
             frequency_stderr=stderr(var_f),
             mean=mean,
-            mean_stderr=np.where(np.isnan(mean), np.nan, stderr(var_m)),
+            mean_stderr=np.where(np.isnan(mean), np.nan, mean_se),
             n_reports=stats.n_reports,
             latent=latent,
             diagnostics=diag,
@@ -158,16 +201,13 @@ class PCKVEstimation(Mechanism):
     def algorithm4(
         self, n: float, n1: FloatArray, n2: FloatArray, diag: dict[str, Any] | None = None
     ) -> tuple[FloatArray, FloatArray]:
-        """PCKV Algorithm 4: (frequency corrected into [1/n, 1], mean).
+        """PCKV Algorithm 4 as published: (frequency corrected into [1/n, 1], mean).
 
         n1^, n2^ = A^-1(...) are clipped into [count_floor, N_j] with N_j = n f_j / ell,
         lower bound first so that the upper bound wins when N_j < count_floor; then
-        m = (n1^ - n2^)/N_j, which lies in [-1, 1].
-
-        Where the correction raises f to 1/n (fewer than 1/ell estimated holders, the
-        baseline ratio's denominator is below one user) the published algorithm's mean is an
-        artefact of the clipping — exactly 0 with count_floor = 1 — so it is reported as
-        undefined (NaN, counted in the diagnostics); mapping NaN to 0 reproduces [X1].
+        m = (n1^ - n2^)/N_j, which lies in [-1, 1]. Every key gets a mean: where the
+        correction raised f to 1/n it is the clipping's artefact (exactly 0 with
+        count_floor = 1), as in the authors' code.
         """
         raw = self.baseline_frequency(n, n1, n2)
         f = np.clip(raw, 1.0 / n, 1.0)
@@ -178,7 +218,7 @@ class PCKVEstimation(Mechanism):
         if diag is not None:
             diag["frequency_corrected"] = int(np.sum(f != raw))
             diag["counts_clipped"] = int(np.sum((k1 != c1) | (k2 != c2)))
-        return f, np.where(raw < 1.0 / n, np.nan, (k1 - k2) / big_n)
+        return f, (k1 - k2) / big_n
 
     def _normsub(self, n: float, n1: FloatArray, n2: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Shares of (j, +1), (j, -1) for every real key plus the rest, projected onto the simplex."""
@@ -206,6 +246,42 @@ class PCKVEstimation(Mechanism):
         diag["em_warm_start"] = opts.theta0 is not None
         freq, mean = self._from_shares(theta[:, 0], theta[:, 1])
         return freq, mean, theta
+
+    def _shrink(
+        self,
+        n: float,
+        n1: FloatArray,
+        n2: FloatArray,
+        freq_em: FloatArray,
+        mean: FloatArray,
+        diag: dict[str, Any],
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+        """``eb``: the unbiased frequencies and the EM means shrunk toward fitted priors.
+
+        The normal-normal model wants each key's sampling variance without its own noise in
+        it, so the variances are evaluated at stable values: the frequencies' at the raw
+        estimate clipped into [0, 1], the means' at the keys' average m^2 (the m^2 term of
+        Var[m^] evaluated at a noisy m^ near +-1 doubles it and over-shrinks exactly the
+        keys whose mean is far from the others) and at the EM frequency each mean was
+        divided by, or the shrunk one where that is lower (an under-estimated frequency
+        inflates that key's mean error and its variance says so; an over-estimated one
+        would claim a precision the key does not have). The standard errors take each
+        key's own m^ in that variance instead: at |m| near 1 the m^2 term is most of it. A mean
+        without holders enters as "no information" and leaves as the prior's centre with
+        the prior's standard error.
+        """
+        raw = self.baseline_frequency(n, n1, n2)
+        var_raw, _ = self.variances(n, raw, np.zeros(self.d))
+        f = shrink(raw, var_raw, 0.0, 1.0)
+        defined = ~np.isnan(mean)
+        m2 = float(np.mean(mean[defined] ** 2)) if defined.any() else 0.0
+        f_eval = np.maximum(np.minimum(np.nan_to_num(freq_em, nan=0.0), f.value), 1.0 / n)
+        _, var_m = self.variances(n, f_eval, np.full(self.d, math.sqrt(m2)))
+        _, own_m = self.variances(n, f_eval, mean)
+        m = shrink(mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE)
+        diag["prior_frequency"] = (f.prior_mean, math.sqrt(f.prior_variance))
+        diag["prior_mean"] = (m.prior_mean, math.sqrt(m.prior_variance))
+        return f.value, m.value, f.variance, m.variance
 
     def variances(self, n: float, freq: FloatArray, mean: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Analytic (Var f^, Var m^) per key for n users at frequency ``freq`` and mean ``mean``.

@@ -4,7 +4,8 @@ UU and GG populations (n = 10^6, d = 100, one pair per user, ell = 1). The paper
 series are PrivKVM with c = 1, PrivKVM with one round and five virtual iterations
 (1r5v), KVUE, PCKV-UE and PCKV-GRR (Algorithm 4 estimator), each PCKV also with its
 theoretical MSE (Theorem 4; here the analytic prediction of :mod:`kvldp.predict`, which
-equals it). kvldp adds EM and Norm-Sub on the same PCKV reports.
+equals it). kvldp adds EM, Norm-Sub and empirical Bayes (``eb``: the EM fit shrunk toward
+priors fitted across the keys) on the same PCKV reports.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ KVLDP: tuple[tuple[str, str, str, dict[str, object]], ...] = (
     ("PCKV-UE + EM", "pckv_ue", "em", {"ell": 1}),
     ("PCKV-GRR + EM", "pckv_grr", "em", {"ell": 1}),
     ("PCKV-UE + Norm-Sub", "pckv_ue", "normsub", {"ell": 1}),
+    ("PCKV-UE + EB", "pckv_ue", "eb", {"ell": 1}),
+    ("PCKV-GRR + EB", "pckv_grr", "eb", {"ell": 1}),
 )
 
 
@@ -139,8 +142,10 @@ EXPERIMENT = Experiment(
 The paper plots its figures without printed numbers: the `(theory)` columns are its
 Theorem 4 (for PCKV), the empirical columns kvldp's runs. KVUE is run with the plain
 unbiased estimator (the paper's PrivKVM-style clipping of the estimates is not applied).
-Frequencies and means are scored over all keys; undefined means are excluded and counted
-in the CSV.
+Frequencies and means are scored over all keys: an undefined mean is scored as 0 (what
+Algorithm 4's clipping prints for such a key) and counted in the CSV (`undefined_means`).
+`+ EB` is kvldp's empirical Bayes on the same reports (the EM fit shrunk toward priors
+fitted across the keys; see docs/mechanisms.md).
 """,
     claims=claims,
 )

@@ -1,0 +1,140 @@
+"""Empirical-Bayes shrinkage of per-key estimates toward a prior fitted across the keys.
+
+An estimator gives every key an estimate x_k with a (first-order) sampling variance s_k^2.
+When keys are many and their true values t_k spread around a common centre, the
+normal-normal model t_k ~ N(mu, tau^2), x_k | t_k ~ N(t_k, s_k^2) says how much of each
+x_k to believe: the posterior mean
+
+    x~_k = mu + (1 - B_k)(x_k - mu),    B_k = s_k^2 / (s_k^2 + tau^2),
+
+which moves a precise estimate (s_k << tau) by almost nothing and a key with little
+information (s_k >> tau, rare keys, small epsilon) almost all the way to mu. (mu, tau^2)
+are fitted from the keys themselves (the moment equations of Morris 1983, solved by
+fixed-point iteration): mu is the precision-weighted mean, tau^2 the excess of the
+weighted spread over the sampling variances, 0 when there is none. Summed over keys the
+squared error is at most that of the x_k whatever the t_k are (James-Stein's result for
+equal variances, d >= 3), and much lower when the keys' values are alike.
+
+Standard errors. The shrunk estimate's error is (1 - B_k)(x_k - t_k) - B_k(t_k - mu): its
+variance is (1 - B_k)^2 s_k^2 + B_k^2 tau^2, which is the posterior variance
+(1 - B_k) s_k^2 when tau^2 is the true spread. The spread is itself estimated, and where
+the keys carry little information it is poorly determined (at epsilon = 0.1 the fit
+cannot tell tau^2 = 0 from the true 1/3): an interval built on the fitted tau^2 would
+then claim the keys all sit at mu. So the standard error takes tau^2 at the upper end of
+what the keys allow, tau^2 + 2 sd[tau^2] (Var[tau^2] = 2 / sum w^2, w = 1/(s_k^2 + tau^2)),
+capped at the largest variance a quantity in its range can have, and adds the
+uncertainty of mu (B_k^2 / sum w) and, to first order, of B_k through tau^2
+((dB_k/dtau^2)^2 Var[tau^2] (x_k - mu)^2, after Kass and Steffey 1989). The point
+estimate keeps the fitted tau^2, which minimises the squared error. A key with no
+information (s_k = inf, or no estimate at all) gets mu with the standard error of that
+upper spread: honest on average over keys, which is what a prior can promise; a single
+key whose value is far from the others is pulled toward them by B_k (x_k - mu), and its
+interval is honest only in that average sense, the price of shrinkage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvldp.common.primitives import FloatArray
+
+#: fixed-point iterations of the moment equations (they converge in a handful)
+MAX_ITER = 200
+#: relative change of tau^2 at which the fit stops
+TOL = 1e-10
+#: keys the prior's spread must be fitted on to count as identified
+MIN_FIT_KEYS = 10
+
+
+@dataclass(frozen=True)
+class Shrunk:
+    """Posterior means and variances per key, and the fitted prior."""
+
+    value: FloatArray
+    variance: FloatArray
+    prior_mean: float
+    prior_variance: float
+
+
+def fit_prior(x: FloatArray, var: FloatArray) -> tuple[float, float]:
+    """(mu, tau^2) of the normal prior from the keys with a finite estimate and variance.
+
+    Solves tau^2 = sum w^2 ((x - mu)^2 - s^2) / sum w^2 with w = 1/(s^2 + tau^2) and
+    mu = sum w x / sum w (the moment equations), tau^2 >= 0. With fewer than two usable
+    keys there is no spread to fit: mu is their mean (0 without any) and tau^2 = 0.
+    """
+    ok = np.isfinite(x) & np.isfinite(var)
+    xs, vs = x[ok], np.maximum(var[ok], 0.0)
+    if xs.size == 0:
+        return 0.0, 0.0
+    if xs.size < 2:
+        return float(xs.mean()), 0.0
+    tau2 = max(float(np.var(xs) - np.mean(vs)), 0.0)
+    mu = float(xs.mean())
+    for _ in range(MAX_ITER):
+        w = 1.0 / (vs + tau2) if tau2 > 0 or np.all(vs > 0) else np.ones_like(vs)
+        mu = float(np.sum(w * xs) / np.sum(w))
+        new = max(float(np.sum(w**2 * ((xs - mu) ** 2 - vs)) / np.sum(w**2)), 0.0)
+        if abs(new - tau2) <= TOL * max(new, 1e-300):
+            tau2 = new
+            break
+        tau2 = new
+    return mu, tau2
+
+
+def shrink(
+    x: FloatArray,
+    var: FloatArray,
+    lo: float,
+    hi: float,
+    error_var: FloatArray | None = None,
+    fit_below: float | None = None,
+) -> Shrunk:
+    """Shrink ``x`` (variances ``var``) toward the fitted prior; results clipped into [lo, hi].
+
+    ``var`` sets the weights and must not carry the key's own noise (a variance evaluated at
+    the noisy estimate makes the noisiest keys look precise or hopeless at random);
+    ``error_var``, when given, is the best per-key value of Var[x_k] and enters the standard
+    errors only, so they follow each key's own error while the weights stay stable.
+
+    ``fit_below``: fit the prior on the keys with ``var`` at most this only. An estimate
+    that was clipped into its range (a mean near +-1 with a large variance) is not
+    normal: its spread across keys is smaller than tau^2 + s^2, so fitting on it would
+    find no spread at all. With fewer than MIN_FIT_KEYS such keys the prior is fitted on
+    all keys, but its spread counts as not identified and the standard errors take the largest variance a quantity in [lo, hi]
+    with the fitted centre can have, (hi - mu)(mu - lo) (Bhatia-Davis).
+
+    A NaN estimate or an infinite variance means "no information": the key gets the prior
+    mean and the prior's standard error. Clipping into the parameter's range can only
+    bring an estimate closer to the truth, so the variances are not changed by it.
+    """
+    x = np.asarray(x, dtype=np.float64)
+    var = np.asarray(var, dtype=np.float64)
+    fit = np.ones(x.shape, dtype=bool) if fit_below is None else np.asarray(var) <= fit_below
+    identified = int(np.sum(fit & np.isfinite(x) & np.isfinite(var))) >= MIN_FIT_KEYS
+    mu, tau2 = fit_prior(np.where(fit, x, np.nan) if identified else x, var)
+    informed = np.isfinite(x) & np.isfinite(var)
+    s2 = np.where(informed, np.maximum(var, 0.0), np.inf)
+    total = s2 + tau2
+    weighted = informed & (total > 0)
+    w = np.divide(1.0, total, out=np.zeros_like(total), where=weighted)
+    sum_w = float(w.sum())
+    var_mu = 1.0 / sum_w if sum_w > 0 else 0.0
+    var_tau2 = 2.0 / float(np.sum(w**2)) if sum_w > 0 else 0.0
+    # B = s^2/(s^2 + tau^2): 1 without information, 0 for an exact estimate
+    big_b = np.where(informed, np.divide(s2, total, out=np.zeros_like(total), where=weighted), 1.0)
+    slope = -np.divide(s2, total**2, out=np.zeros_like(total), where=weighted)
+    dev = np.where(informed, x - mu, 0.0)
+    value = mu + (1.0 - big_b) * dev
+    # the error of value is (1-B)(x - t) - B(t - mu): its variance, with B as used and the
+    # prior's spread at the upper end of what the keys allow (tau^2 + 2 sd, at most the
+    # variance a quantity in [lo, hi] can have), so an unidentified spread is not taken as 0
+    widest = max((hi - mu) * (mu - lo), 0.0)
+    tau2_hi = min(tau2 + 2.0 * math.sqrt(var_tau2), widest) if identified else widest
+    own = var if error_var is None else np.asarray(error_var, dtype=np.float64)
+    informed_s2 = np.where(informed, np.maximum(own, 0.0), 0.0)
+    variance = (1.0 - big_b) ** 2 * informed_s2 + big_b**2 * (tau2_hi + var_mu) + slope**2 * var_tau2 * dev**2
+    return Shrunk(np.clip(value, lo, hi), variance, mu, tau2)

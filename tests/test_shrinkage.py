@@ -1,0 +1,85 @@
+"""Empirical-Bayes shrinkage (:mod:`kvldp.common.shrinkage`) on the normal-normal model it
+assumes: the fitted prior, the gain over the raw estimates, and standard errors that
+match the errors where the prior's spread is identified and are not understated where
+it is not.
+
+Tolerances: with K keys, the RMS of K standardised errors has sd ~ 1/sqrt(2K); the fitted
+mu has sd ~ sqrt(1/sum w) and tau^2 ~ sqrt(2/sum w^2); bands are 4 of those.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from kvldp.common.shrinkage import fit_prior, shrink
+
+
+def draw(keys: int, mu: float, tau: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(truth, estimates, variances) with variances spread over two orders of magnitude."""
+    rng = np.random.default_rng(seed)
+    truth = rng.normal(mu, tau, keys)
+    var = np.exp(rng.uniform(np.log(0.01), np.log(1.0), keys))
+    return truth, truth + rng.normal(0.0, np.sqrt(var)), var
+
+
+def test_fitted_prior_and_gain() -> None:
+    truth, x, var = draw(4000, 0.3, 0.5, 1)
+    mu, tau2 = fit_prior(x, var)
+    w = 1.0 / (var + tau2)
+    assert abs(mu - 0.3) < 4 * math.sqrt(1.0 / w.sum())
+    assert abs(tau2 - 0.25) < 4 * math.sqrt(2.0 / np.sum(w**2))
+    out = shrink(x, var, -10.0, 10.0)
+    raw, shrunk = np.mean((x - truth) ** 2), np.mean((out.value - truth) ** 2)
+    # the Bayes risk mean((1-B) s^2) against mean(s^2)
+    big_b = var / (var + 0.25)
+    assert shrunk < raw
+    assert abs(shrunk / np.mean((1 - big_b) * var) - 1) < 4 * math.sqrt(2 / 4000) * 2
+
+
+def test_standard_errors_match_where_the_spread_is_identified() -> None:
+    truth, x, var = draw(4000, 0.0, 0.5, 2)
+    out = shrink(x, var, -10.0, 10.0)
+    z = (out.value - truth) / np.sqrt(out.variance)
+    rms = math.sqrt(np.mean(z**2))
+    assert 0.9 < rms < 1.05, rms  # the spread is taken at its upper end: slightly conservative
+
+
+def test_unidentified_spread_is_not_taken_as_zero() -> None:
+    """Every key's noise far above the true spread: the fit cannot see tau (often 0), the
+    estimates collapse to mu, and the standard errors still cover the true spread."""
+    rng = np.random.default_rng(3)
+    keys = 100
+    truth = rng.uniform(-1.0, 1.0, keys)
+    var = np.full(keys, 25.0)
+    x = np.clip(truth + rng.normal(0.0, 5.0, keys), -1.0, 1.0)
+    out = shrink(x, var, -1.0, 1.0)
+    z = (out.value - truth) / np.sqrt(out.variance)
+    assert math.sqrt(np.mean(z**2)) < 1.0
+    assert np.all(np.abs(out.value) <= 1.0)
+
+
+def test_no_information_gets_the_prior() -> None:
+    _, x, var = draw(200, 0.2, 0.4, 4)
+    x[:5] = np.nan
+    var[5:10] = np.inf
+    out = shrink(x, var, -10.0, 10.0)
+    np.testing.assert_allclose(out.value[:10], out.prior_mean)
+    assert np.all(np.isfinite(out.variance))
+    # at least the prior's spread, at most the upper end plus the uncertainty of mu
+    assert np.all(out.variance[:10] >= out.prior_variance)
+    assert np.all(np.isfinite(out.value))
+
+
+def test_equal_values_shrink_to_their_common_value() -> None:
+    """All truths equal (PCKV's UU frequencies): tau^2 fits ~0 and every key moves to mu, far
+    closer to the truth than its own estimate; the standard errors stay above the errors."""
+    rng = np.random.default_rng(5)
+    var = np.full(100, 1e-4)
+    x = 0.01 + rng.normal(0.0, 1e-2, 100)
+    out = shrink(x, var, 0.0, 1.0)
+    # every key at mu, whose error has sd s/sqrt(K): within 4 sd of it, against s^2 raw
+    assert np.mean((out.value - 0.01) ** 2) < 16 * 1e-4 / 100
+    z = (out.value - 0.01) / np.sqrt(out.variance)
+    assert math.sqrt(np.mean(z**2)) < 1.0
