@@ -168,7 +168,7 @@ claims below show match the runs within 0.8-1.3 at ε ≥ 2; UU: f = 0.01, m² a
 3. **Empirical Bayes (kept: `+ EB`).** Frequencies and means shrunk toward normal priors
    fitted across the keys, with standard errors that are not understated (docs/mechanisms.md).
    It pays where keys are alike relative to the noise: every UU frequency (all keys share
-   f = 1/d), GG frequencies at small ε, and the means of rare keys (GG at every ε ≤ 4, UU at
+   f = 1/d), GG frequencies at small ε, and the means of rare keys (GG at most ε, UU at
    ε ≤ 1). Where each key's estimate is already precise, the prior moves nothing.
 4. **Mixture reduction (LDP-EM-MR) for values: does not apply.** PCKV discretises every
    value to ±1 on the device, so a key's value model is the sign split θ+/θ−, which the
@@ -188,8 +188,8 @@ claims below show match the runs within 0.8-1.3 at ε ≥ 2; UU: f = 0.01, m² a
    0.94, 0.85, 1.00, 1.00 (ε = 0.1 … 6) against the better of PCKV-UE and PCKV-GRR: at most
    8% except at ε = 0.1 (already won) and ε = 4.
 
-What the grid leaves open, and why: once every key has thousands of holders (UU at
-ε ≥ 2, GG at ε ≥ 5 for means; GG at ε ≥ 2 for frequencies), the error is the privacy noise
+What the grid leaves open, and why: once every key has thousands of holders (means:
+UU at ε ≥ 2, GG at ε = 4 and 6; frequencies: GG at ε = 3-5), the error is the privacy noise
 of a (key, sign) frequency oracle at the split that minimises MSE(m), with nothing for a
 prior to borrow across keys; the levers above change it by under 10% (5-7) or trade one
 metric for the other (5).
