@@ -155,13 +155,12 @@ class PCKVEstimation(Mechanism):
         n2 = stats.arrays["n2"].astype(np.float64)
         diag: dict[str, Any] = {"assumes": ASSUMES}
         latent: FloatArray | None = None
-        if n > 0:
-            # the linear estimate of every key's holders is below one user: no mean there
-            unheld = self.baseline_frequency(n, n1, n2) < 1.0 / n
+        # where the linear estimate of a key's holders is below one user it has no mean
+        raw = self.baseline_frequency(n, n1, n2) if n > 0 else np.full(self.d, np.nan)
+        unheld = raw < 1.0 / n if n > 0 else np.zeros(self.d, dtype=bool)
         if estimator in ("em", "eb"):
             freq, mean, latent = self._em(n, n1, n2, options, diag)
-            if n > 0:
-                mean = np.where(unheld, np.nan, mean)
+            mean = np.where(unheld, np.nan, mean)
         else:
             if options:
                 raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
@@ -172,12 +171,13 @@ class PCKVEstimation(Mechanism):
             else:
                 corrected, mean = self.algorithm4(n, n1, n2, diag)
                 if estimator == "unbiased":
-                    freq, mean = self.baseline_frequency(n, n1, n2), np.where(unheld, np.nan, mean)
+                    freq, mean = raw, np.where(unheld, np.nan, mean)
                 else:
                     freq = corrected
-        var_f, var_m = self.variances(n, freq, mean)
         if estimator == "eb" and n > 0:
-            freq, mean, var_f, var_m = self._shrink(n, n1, n2, freq, mean, diag)
+            freq, mean, var_f, var_m = self._shrink(n, raw, freq, mean, diag)
+        else:
+            var_f, var_m = self.variances(n, freq, mean)
         diag["undefined_means"] = int(np.sum(np.isnan(mean)))
         if n <= 0:
             diag["no_reports"] = True
@@ -250,8 +250,7 @@ class PCKVEstimation(Mechanism):
     def _shrink(
         self,
         n: float,
-        n1: FloatArray,
-        n2: FloatArray,
+        raw: FloatArray,
         freq_em: FloatArray,
         mean: FloatArray,
         diag: dict[str, Any],
@@ -270,7 +269,6 @@ class PCKVEstimation(Mechanism):
         without holders enters as "no information" and leaves as the prior's centre with
         the prior's standard error.
         """
-        raw = self.baseline_frequency(n, n1, n2)
         var_raw, _ = self.variances(n, raw, np.zeros(self.d))
         f = shrink(raw, var_raw, 0.0, 1.0)
         defined = ~np.isnan(mean)
