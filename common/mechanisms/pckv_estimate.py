@@ -125,19 +125,28 @@ class PCKVEstimation(Mechanism):
         det = a * (2 * p - 1) * (a - b)
         return (diag * x1 - off * x2) / det, (diag * x2 - off * x1) / det
 
-    def count_covariance(self, n: float, f: FloatArray, m: FloatArray) -> FloatArray:
-        """Exact Cov of (n1[j], n2[j]) given the population: (d, 2, 2).
+    def holder_probabilities(self, m: FloatArray) -> tuple[FloatArray, FloatArray]:
+        """(q+, q-) per key: a holder's chance of the symbol +1 and -1 at its key j.
 
-        Users are independent; a user's symbol at key j is +1 with probability
-        q+ = w a/2 (1 + (2p-1) m) + (1 - w) b/2 and -1 with q- (m -> -m), w its probability of
-        sampling j: 1/ell for the n f holders (who share the value m, as in Theorem 4), 0 for
-        the others. Each user adds diag(q) - q q^T.
+        q+ = w a/2 (1 + (2p-1) m) + (1 - w) b/2 and q- with m -> -m, w = 1/ell its chance of
+        sampling j (the holders share the value m, as in Theorem 4); a non-holder's is b/2
+        for each.
         """
         w = 1.0 / self.ell
         half_b = self.b / 2.0
         t = (2 * self.p - 1) * m
         qp = w * self.a / 2 * (1 + t) + (1 - w) * half_b
         qm = w * self.a / 2 * (1 - t) + (1 - w) * half_b
+        return np.asarray(qp, dtype=np.float64), np.asarray(qm, dtype=np.float64)
+
+    def count_covariance(self, n: float, f: FloatArray, m: FloatArray) -> FloatArray:
+        """Exact Cov of (n1[j], n2[j]) given the population: (d, 2, 2).
+
+        Users are independent; the n f holders of key j have the symbol probabilities of
+        :meth:`holder_probabilities`, the others b/2 each. Each user adds diag(q) - q q^T.
+        """
+        half_b = self.b / 2.0
+        qp, qm = self.holder_probabilities(m)
 
         def single(x: FloatArray | float, y: FloatArray | float) -> FloatArray:
             x_, y_ = np.broadcast_arrays(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64))

@@ -10,6 +10,7 @@ priors fitted across the keys) on the same PCKV reports.
 
 from __future__ import annotations
 
+from kvldp.advise import advise
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row
 
 EPSILONS = (0.1, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
@@ -32,7 +33,7 @@ KVLDP: tuple[tuple[str, str, str, dict[str, object]], ...] = (
 
 
 def cells(quick: bool) -> list[Cell]:
-    users, repeats = (20_000, 2) if quick else (1_000_000, 5)
+    users, repeats = (20_000, 10) if quick else (1_000_000, 5)
     epsilons = (1.0, 4.0) if quick else EPSILONS
     panels = ("UU",) if quick else tuple(PANELS)
     out: list[Cell] = []
@@ -46,6 +47,13 @@ def cells(quick: bool) -> list[Cell]:
                 Cell(panel, e, s, "kvldp", PANELS[panel], users, D, e, m, est, repeats, p)
                 for s, m, est, p in KVLDP
             ]
+            top = advise(D, e, 1, users, dataset=PANELS[panel])[0]
+            out.append(
+                Cell(
+                    panel, e, f"advise: {top.label}", "kvldp", PANELS[panel], users, D, e,
+                    top.mechanism, top.estimator, repeats, dict(top.params),
+                )
+            )  # fmt: skip
     return out
 
 
@@ -145,7 +153,9 @@ unbiased estimator (the paper's PrivKVM-style clipping of the estimates is not a
 Frequencies and means are scored over all keys: an undefined mean is scored as 0 (what
 Algorithm 4's clipping prints for such a key) and counted in the CSV (`undefined_means`).
 `+ EB` is kvldp's empirical Bayes on the same reports (the EM fit shrunk toward priors
-fitted across the keys; see docs/mechanisms.md).
+fitted across the keys; see docs/mechanisms.md). The `advise` series is what
+`kvldp advise --keys 100 --keys-per-device 1 --dataset NAME` ranks first (mechanism and
+estimator, predicted on another draw of the same kind of population).
 
 ### Every attempt to beat PCKV, kept or not
 
