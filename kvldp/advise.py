@@ -64,10 +64,6 @@ class Candidate:
     params: dict[str, Any]
     description: str
 
-    @property
-    def label(self) -> str:
-        return f"{self.mechanism} + {self.estimator}"
-
 
 _PCKV_EB = "; empirical Bayes: estimates shrunk toward priors fitted across the keys"
 CANDIDATES: tuple[Candidate, ...] = (
