@@ -179,7 +179,10 @@ claims below show match the runs within 0.8-1.3 at ε ≥ 2; UU: f = 0.01, m² a
    fitted across the keys, with standard errors that are not understated (docs/mechanisms.md).
    It pays where keys are alike relative to the noise: every UU frequency (all keys share
    f = 1/d), GG frequencies at small ε, and the means of rare keys (GG at most ε, UU at
-   ε ≤ 1). Where each key's estimate is already precise, the prior moves nothing.
+   ε ≤ 1). Where each key's estimate is already precise, the prior moves nothing. No prior
+   can do much better there (*analytic*): on UU's means, even the Bayes rule under the true
+   prior (uniform on [−1, 1]) with Gaussian noise at the measured error lowers MSE(m) by
+   only 5.1, 3.0, 1.8, 0.8 and 0.6% against Algorithm 4's clipped estimate (ε = 2 … 6).
 4. **Mixture reduction (LDP-EM-MR) for values: does not apply.** PCKV discretises every
    value to ±1 on the device, so a key's value model is the sign split θ+/θ−, which the
    estimators above already fit; there is no value mixture left to reduce.
