@@ -207,9 +207,10 @@ claims below show match the runs within 0.8-1.3 at ε ≥ 2; UU: f = 0.01, m² a
    distribution for the reports whose key was replaced (exact constraints: ratio ≤ e^ε
    between any two inputs at every output; delta-method variances) lowers MSE(m) by at most
    0.1% at ε ≤ 3, 0.8% at ε = 4, 3.7% at ε = 5 and 11% at ε = 6 on UU (GG: 0.1%, 0.1%, 0.9%,
-   6.3%). The UU ε = 6 gain comes from the 0 level, which pays because every UU holder of a
-   key has the same value; one setting, at the edge of Monte-Carlo noise, does not justify
-   a new mechanism and wire format. Giving the key 0.1 more of ε instead, with the best
+   6.3%); with PCKV-UE's key bits fixed instead (the paper's best at ε ≤ 4), at most 0.2% at
+   ε = 1-4 on both. The UU ε = 6 gain comes from the 0 level, which pays because every UU
+   holder of a key has the same value; one setting, at the edge of Monte-Carlo noise, does
+   not justify a new mechanism and wire format. Giving the key 0.1 more of ε instead, with the best
    value channel for the rest, cuts MSE(f) by 6-33% and raises MSE(m) by 6-17%.
 
 What the grid leaves open, and why: once every key has thousands of holders (means:
