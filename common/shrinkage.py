@@ -47,6 +47,9 @@ MAX_ITER = 200
 TOL = 1e-10
 #: keys the prior's spread must be fitted on to count as identified
 MIN_FIT_KEYS = 10
+#: a mean's prior is fitted on keys whose mean has sd <= 1/4 only: there clipping into
+#: [-1, 1] rarely binds and the estimate is close to normal
+MEAN_FIT_VARIANCE = 1.0 / 16.0
 
 
 @dataclass(frozen=True)

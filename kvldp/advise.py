@@ -17,8 +17,9 @@ worse than first-order variances say.
 
 Predictions: the analytic variances plus the exact bias (PCKV's padding bias included)
 for linear estimators; for PCKV's EM and empirical-Bayes estimators, whose answers on
-rare keys are nonlinear (undefined means, the prior fitted across the keys), the
-estimator itself run on normal draws of the counts (:func:`kvldp.predict.predict_by_draws`).
+rare keys are nonlinear (undefined means, the prior fitted across the keys), and for
+KVUE's empirical Bayes, the estimator itself run on draws of the counts
+(:func:`kvldp.predict.predict_by_draws`).
 PCKV's padding length ell is chosen per mechanism by the analytic prediction, over 1..L
 (a geometric grid when L is large), and both PCKV estimators are then scored at it.
 
@@ -44,6 +45,7 @@ import numpy as np
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.kvue_multi import T_MAX
 from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
 from kvldp.predict import Prediction, predict, predict_by_draws
@@ -65,13 +67,14 @@ class Candidate:
     description: str
 
 
-_PCKV_EB = "; empirical Bayes: estimates shrunk toward priors fitted across the keys"
+_EB = "; empirical Bayes: estimates shrunk toward priors fitted across the keys"
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate("pckv_grr", "em", {}, "padding-and-sampling, one GRR report over the 2*ell*d padded pairs"),
-    Candidate("pckv_grr", "eb", {}, "padding-and-sampling, one GRR report over the 2*ell*d padded pairs" + _PCKV_EB),
+    Candidate("pckv_grr", "eb", {}, "padding-and-sampling, one GRR report over the 2*ell*d padded pairs" + _EB),
     Candidate("pckv_ue", "em", {}, "padding-and-sampling, unary encoding of the sampled pair (d+ell bits)"),
-    Candidate("pckv_ue", "eb", {}, "padding-and-sampling, unary encoding of the sampled pair (d+ell bits)" + _PCKV_EB),
+    Candidate("pckv_ue", "eb", {}, "padding-and-sampling, unary encoding of the sampled pair (d+ell bits)" + _EB),
     Candidate("kvue", "unbiased", {}, "one sampled key, GRR over its 3 states"),
+    Candidate("kvue", "eb", {}, "one sampled key, GRR over its 3 states" + _EB),
     Candidate("kvoh", "unbiased", {}, "one sampled key, one-hot of its 3 states with per-bit RR"),
     Candidate("privkv", "unbiased", {}, "one sampled key, key bit RR at eps/2 and value at eps/2 (PrivKV-A estimator)"),
     Candidate("f2m", "unbiased", {}, "one sampled key, key bit and value perturbation with a default value"),
@@ -180,7 +183,7 @@ def _advice(c: Candidate, params: dict[str, Any], pred: Prediction) -> Advice:
 
 def _score(c: Candidate, params: dict[str, Any], d: int, epsilon: float, pop: KVData, scale: float) -> Advice:
     mech = create(c.mechanism, d, epsilon, **params)
-    if isinstance(mech, PCKVEstimation) and c.estimator in ("em", "eb"):
+    if isinstance(mech, (PCKVEstimation, KeySampledMechanism)) and c.estimator in ("em", "eb"):
         return _advice(c, params, predict_by_draws(mech, pop, c.estimator, scale_users=scale))
     return _advice(c, params, predict(mech, pop, c.estimator, scale_users=scale))
 

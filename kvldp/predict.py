@@ -13,8 +13,8 @@ bounded, as the estimates do. The same numbers serve ``kvldp advise`` and the "t
 ``kvldp evaluate --experiment``.
 
 A nonlinear estimator whose error is not a function of the first-order variances alone
-(PCKV's ``eb``, which fits a prior across the keys and so depends on how the keys
-differ) is predicted by :func:`predict_by_draws`: the estimator itself runs on draws of
+(``eb``, which fits a prior across the keys and so depends on how the keys differ; EM,
+whose answers on rare keys are bounded) is predicted by :func:`predict_by_draws`: the estimator itself runs on draws of
 the sufficient statistics from the model behind the analytic variances, and its errors
 are averaged: the same model as the analytic path, with the estimator's own
 nonlinearity kept.
@@ -23,12 +23,14 @@ nonlinearity kept.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
 from kvldp.common.primitives import FloatArray
 from kvldp.common.stats import Stats
@@ -82,45 +84,31 @@ def predict(
 
 
 def predict_by_draws(
-    mechanism: PCKVEstimation,
+    mechanism: Mechanism,
     users: KVData,
     estimator: str,
     scale_users: float = 1.0,
     draws: int = DRAWS,
     seed: int = 0,
 ) -> Prediction:
-    """Per-key MSE of ``estimator`` by running it on ``draws`` draws of PCKV's counts.
+    """Per-key MSE of ``estimator`` by running it on ``draws`` draws of the mechanism's statistics.
 
-    The counts (n1[j], n2[j]) of ``scale_users`` times ``users`` are drawn from the
-    two-type model behind the analytic variances (:meth:`PCKVEstimation.count_covariance`),
-    at the linear estimate of the expected counts (which reproduces their expectation):
-    n f_j holders with the symbol probabilities of
-    :meth:`PCKVEstimation.holder_probabilities`, the other users at b/2 each, multinomial
-    per group, so that rare keys' small counts are drawn as the integers they are. Keys
-    are drawn independently (their covariance is of order 1/d of the variances). A mean
-    the estimator leaves undefined is scored as 0, as ``kvldp evaluate`` scores it.
+    PCKV's counts come from :func:`_pckv_draws`, a key-sampled mechanism's from
+    :func:`_key_sampled_draws`; the counts are drawn as the integers they are, so rare
+    keys' small counts keep their nonlinearity. A mean the estimator leaves undefined is
+    scored as 0, as ``kvldp evaluate`` scores it.
     """
     true_f, true_m = users.truth()
-    expected = mechanism.expected_stats(users)
-    n = round(float(expected.arrays["n"][0]) * scale_users)
-    point = mechanism.estimate(expected, "unbiased")
-    holders = np.rint(n * np.clip(point.frequency, 0.0, 1.0)).astype(np.int64)
-    qp, qm = mechanism.holder_probabilities(np.clip(np.nan_to_num(point.mean, nan=0.0), -1.0, 1.0))
-    half_b = mechanism.b / 2.0
-    held = np.stack([qp, qm, 1.0 - qp - qm], axis=1)
-    rest = np.array([half_b, half_b, 1.0 - 2 * half_b])
     rng = np.random.default_rng(seed)
-    counts = np.asarray(
-        rng.multinomial(holders, held, size=(draws, mechanism.d))
-        + rng.multinomial(n - holders, rest, size=(draws, mechanism.d)),
-        dtype=np.float64,
-    )
+    if isinstance(mechanism, PCKVEstimation):
+        samples = _pckv_draws(mechanism, users, scale_users, draws, rng)
+    elif isinstance(mechanism, KeySampledMechanism):
+        samples = _key_sampled_draws(mechanism, users, scale_users, draws, rng)
+    else:
+        raise TypeError(f"{mechanism.name}: no draw model for its statistics")
     err_f = np.empty((draws, mechanism.d))
     err_m = np.empty((draws, mechanism.d))
-    for r in range(draws):
-        stats = Stats.expected(
-            mechanism, {"n": np.array([float(n)]), "n1": counts[r, :, 0], "n2": counts[r, :, 1]}
-        )
+    for r, stats in enumerate(samples):
         est = mechanism.estimate(stats, estimator)
         err_f[r] = est.frequency - true_f
         err_m[r] = np.nan_to_num(est.mean, nan=0.0) - true_m
@@ -130,6 +118,56 @@ def predict_by_draws(
         bias_frequency=np.mean(err_f, axis=0),
         bias_mean=np.mean(err_m, axis=0),
     )
+
+
+def _pckv_draws(
+    mechanism: PCKVEstimation, users: KVData, scale_users: float, draws: int, rng: np.random.Generator
+) -> Iterator[Stats]:
+    """PCKV's counts (n1[j], n2[j]) of ``scale_users`` times ``users``, drawn from the
+    two-type model behind the analytic variances (:meth:`PCKVEstimation.count_covariance`),
+    at the linear estimate of the expected counts (which reproduces their expectation):
+    n f_j holders with the symbol probabilities of
+    :meth:`PCKVEstimation.holder_probabilities`, the other users at b/2 each, multinomial
+    per group. Keys are drawn independently (their covariance is of order 1/d of the
+    variances)."""
+    expected = mechanism.expected_stats(users)
+    n = round(float(expected.arrays["n"][0]) * scale_users)
+    point = mechanism.estimate(expected, "unbiased")
+    holders = np.rint(n * np.clip(point.frequency, 0.0, 1.0)).astype(np.int64)
+    qp, qm = mechanism.holder_probabilities(np.clip(np.nan_to_num(point.mean, nan=0.0), -1.0, 1.0))
+    half_b = mechanism.b / 2.0
+    held = np.stack([qp, qm, 1.0 - qp - qm], axis=1)
+    rest = np.array([half_b, half_b, 1.0 - 2 * half_b])
+    counts = np.asarray(
+        rng.multinomial(holders, held, size=(draws, mechanism.d))
+        + rng.multinomial(n - holders, rest, size=(draws, mechanism.d)),
+        dtype=np.float64,
+    )
+    for r in range(draws):
+        yield Stats.expected(
+            mechanism, {"n": np.array([float(n)]), "n1": counts[r, :, 0], "n2": counts[r, :, 1]}
+        )
+
+
+def _key_sampled_draws(
+    mechanism: KeySampledMechanism, users: KVData, scale_users: float, draws: int, rng: np.random.Generator
+) -> Iterator[Stats]:
+    """A key-sampled mechanism's counts[j] of ``scale_users`` times ``users``: key j's
+    expected number of reports M_j, each reporter's symbol drawn from the key's expected
+    symbol distribution P theta_j (multinomial per key). This is the model of
+    :func:`~kvldp.common.mechanisms.keysampled.sampled_count_covariance` without its
+    finite-population correction, a share M_j/n (1/d for one sampled key) of the
+    population term. Keys are drawn independently."""
+    expected = mechanism.expected_stats(users)
+    mean_counts = expected.arrays["counts"].astype(np.float64) * scale_users
+    n = round(float(expected.arrays["n"][0]) * scale_users)
+    reports = np.rint(mean_counts.sum(axis=1)).astype(np.int64)
+    totals = mean_counts.sum(axis=1, keepdims=True)
+    uniform = np.full_like(mean_counts, 1.0 / mean_counts.shape[1])
+    shares = np.divide(mean_counts, totals, out=uniform, where=totals > 0)
+    counts = np.asarray(rng.multinomial(reports, shares, size=(draws, mechanism.d)), dtype=np.float64)
+    for r in range(draws):
+        yield Stats.expected(mechanism, {"counts": counts[r], "n": np.array([float(n)])})
 
 
 def clipped_normal_mse(mu: FloatArray, sigma: FloatArray, target: FloatArray) -> FloatArray:

@@ -12,6 +12,10 @@ Everything else follows from P and one left inverse A (A P = I):
   unbiased), m from the states clipped into [0, 1] (the correction of spec §7);
 * ``normsub``: theta projected onto the simplex, f and m from it (consistent);
 * ``em``: the MLE by count EM (§0.5) on P, warm-startable (P has full column rank);
+* ``eb``: empirical Bayes (:mod:`~kvldp.common.shrinkage`): the EM frequencies and means
+  shrunk toward normal priors fitted across the keys, every key answered. It pays where
+  the keys' spread is small against each key's noise (small epsilon, a narrow population
+  of frequencies or means) and moves nothing where keys are precise;
 * standard errors: the exact covariance of the counts given the population —
   multinomial over the M_j reporters, minus the finite-population correction for
   sampling M_j of the n users without replacement — pushed through A (or through the
@@ -36,6 +40,7 @@ from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
 from kvldp.common.primitives import FloatArray, disc
 from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.shrinkage import MEAN_FIT_VARIANCE, shrink
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import quad, stderr
@@ -98,7 +103,7 @@ class KeySampledMechanism(Mechanism):
     """Base of the j-uniform, one-symbol mechanisms (see module docstring)."""
 
     symbol_field: ClassVar[str]
-    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "em", "normsub")
+    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "em", "normsub", "eb")
 
     # --------------------------------------------------------------- model
     @abc.abstractmethod
@@ -240,6 +245,8 @@ class KeySampledMechanism(Mechanism):
             return self._result(estimator, stats, projected, projected, projected)
         if estimator == "em":
             return self._em_estimate(stats, counts, options)
+        if estimator == "eb":
+            return self._eb_estimate(stats, counts, theta_hat, options)
         return self._extra_estimate(stats, estimator, counts, theta_hat, projected, options)
 
     def _no_options(self, estimator: str, options: dict[str, Any]) -> None:
@@ -258,6 +265,65 @@ class KeySampledMechanism(Mechanism):
         }
         return self._result(
             "em", stats, theta, theta, theta, efficient=True, mean=mean, diagnostics=diag, latent=theta
+        )
+
+    def _variances_at(
+        self, f: FloatArray, m: FloatArray, reports: FloatArray, n: int
+    ) -> tuple[FloatArray, FloatArray]:
+        """(Var f^, Var m^) of the MLE per key if its states were frequency f and mean m."""
+        f = np.clip(f, 0.0, 1.0)
+        m = np.clip(m, -1.0, 1.0)
+        theta = np.stack([f * (1 - m) / 2, 1 - f, f * (1 + m) / 2], axis=1)
+        se_f, se_m = self._standard_errors(theta, theta, reports, n, efficient=True)
+        return se_f**2, se_m**2
+
+    def _eb_estimate(
+        self, stats: Stats, counts: FloatArray, theta_hat: FloatArray, options: dict[str, Any]
+    ) -> Estimate:
+        """``eb``: the EM frequencies and means shrunk toward fitted priors.
+
+        The frequencies are EM's rather than the unbiased ones (which PCKV's ``eb``
+        shrinks): Sun-type populations spread f over all of [0, 1], and near 0 and 1 the
+        MLE, kept inside the range, is the closer estimate (on Sun's uniform data at
+        epsilon = 0.8, MSE(f) 0.00239 against 0.00246 from the unbiased ones).
+
+        As for PCKV (:meth:`~kvldp.common.mechanisms.pckv_estimate.PCKVEstimation._shrink`),
+        the weights come from variances at stable values, not at each key's noisy
+        estimate: the frequencies' at the raw estimate clipped into [0, 1] with the keys'
+        RMS mean, the means' at the keys' RMS mean and at the EM frequency (or the shrunk
+        one where lower, at least one reporter's worth). Each key's own mean enters its standard
+        error only. A key without reports, or without a defined mean, gets the prior's
+        centre and the prior's standard error.
+        """
+        em = self._em_estimate(stats, counts, options)
+        reports = counts.sum(axis=1)
+        n = stats.n_reports
+        raw = theta_hat[:, NEG] + theta_hat[:, POS]
+        defined = ~np.isnan(em.mean)
+        m_rms = np.full(self.d, float(np.sqrt(np.mean(em.mean[defined] ** 2))) if defined.any() else 0.0)
+        var_raw, _ = self._variances_at(np.nan_to_num(raw, nan=0.0), m_rms, reports, n)
+        f = shrink(np.where(np.isnan(raw), np.nan, em.frequency), var_raw, 0.0, 1.0)
+        floor = 1.0 / np.maximum(reports, 1.0)
+        f_eval = np.maximum(np.minimum(np.nan_to_num(em.frequency, nan=0.0), f.value), floor)
+        _, var_m = self._variances_at(f_eval, m_rms, reports, n)
+        _, own_m = self._variances_at(f_eval, np.nan_to_num(em.mean, nan=0.0), reports, n)
+        m = shrink(em.mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE)
+        diag = dict(em.diagnostics)
+        diag.update(
+            undefined_means=0,
+            prior_frequency=(f.prior_mean, float(np.sqrt(f.prior_variance))),
+            prior_mean=(m.prior_mean, float(np.sqrt(m.prior_variance))),
+        )
+        return Estimate(
+            mechanism=self.name,
+            estimator="eb",
+            frequency=f.value,
+            frequency_stderr=stderr(f.variance),
+            mean=m.value,
+            mean_stderr=np.minimum(stderr(m.variance), 1.0 + np.abs(m.value)),
+            n_reports=n,
+            latent=em.latent,
+            diagnostics=diag,
         )
 
     def _extra_estimate(

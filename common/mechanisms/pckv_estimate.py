@@ -76,15 +76,12 @@ from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.primitives import FloatArray
-from kvldp.common.shrinkage import shrink
+from kvldp.common.shrinkage import MEAN_FIT_VARIANCE, shrink
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import ratio_variance, stderr
 
 ASSUMES = "every user holds at most ell keys"
-#: ``eb`` fits the means' prior on keys whose mean has sd <= 1/4 only: there clipping into
-#: [-1, 1] rarely binds and the estimate is close to normal
-MEAN_FIT_VARIANCE = 1.0 / 16.0
 
 
 class PCKVEstimation(Mechanism):

@@ -38,9 +38,22 @@ def fig1_cells(quick: bool) -> list[Cell]:
                 Cell(panel, e, s, "paper", FIG1_PANELS[panel], users, D1, e, m, est, repeats, p)
                 for s, m, est, p in FIG1_PAPER
             ]
-            out.append(
-                Cell(panel, e, "KVUE + EM", "kvldp", FIG1_PANELS[panel], users, D1, e, "kvue", "em", repeats)
-            )
+            out += [
+                Cell(
+                    panel,
+                    e,
+                    f"KVUE + {label}",
+                    "kvldp",
+                    FIG1_PANELS[panel],
+                    users,
+                    D1,
+                    e,
+                    "kvue",
+                    est,
+                    repeats,
+                )
+                for label, est in (("EM", "em"), ("EB", "eb"))
+            ]
             t = auto_t(e, D1)
             if t > 1:  # t = 1 is KVUE itself
                 out.append(
