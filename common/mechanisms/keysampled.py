@@ -291,7 +291,9 @@ class KeySampledMechanism(Mechanism):
         the weights come from variances at stable values, not at each key's noisy
         estimate: the frequencies' at the raw estimate clipped into [0, 1] with the keys'
         RMS mean, the means' at the keys' RMS mean and at the EM frequency (or the shrunk
-        one where lower, at least one reporter's worth). Each key's own mean enters its standard
+        one where lower, at least one reporter's worth). The means' prior is centred on a
+        line in the shrunk frequency (:func:`~kvldp.common.shrinkage.shrink`'s covariate),
+        so a rare key is pulled toward keys as rare as it, not toward the frequent ones. Each key's own mean enters its standard
         error only. A key without reports, or without a defined mean, gets the prior's
         centre and the prior's standard error.
         """
@@ -307,12 +309,13 @@ class KeySampledMechanism(Mechanism):
         f_eval = np.maximum(np.minimum(np.nan_to_num(em.frequency, nan=0.0), f.value), floor)
         _, var_m = self._variances_at(f_eval, m_rms, reports, n)
         _, own_m = self._variances_at(f_eval, np.nan_to_num(em.mean, nan=0.0), reports, n)
-        m = shrink(em.mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE)
+        m = shrink(em.mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE, f.value)
         diag = dict(em.diagnostics)
         diag.update(
             undefined_means=0,
             prior_frequency=(f.prior_mean, float(np.sqrt(f.prior_variance))),
             prior_mean=(m.prior_mean, float(np.sqrt(m.prior_variance))),
+            prior_mean_slope=m.prior_slope,
         )
         return Estimate(
             mechanism=self.name,

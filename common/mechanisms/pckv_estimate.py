@@ -273,7 +273,10 @@ class PCKVEstimation(Mechanism):
         would claim a precision the key does not have). The standard errors take each
         key's own m^ in that variance instead: at |m| near 1 the m^2 term is most of it. A mean
         without holders enters as "no information" and leaves as the prior's centre with
-        the prior's standard error.
+        the prior's standard error. The means' prior is centred on a line in the shrunk
+        frequency, so a rare key is pulled toward keys as rare as it: where means move with
+        frequency (Horigome et al.'s populations), one centre fitted on the precise,
+        frequent keys drags every rare key toward their means.
         """
         var_raw, _ = self.variances(n, raw, np.zeros(self.d))
         f = shrink(raw, var_raw, 0.0, 1.0)
@@ -282,9 +285,10 @@ class PCKVEstimation(Mechanism):
         f_eval = np.maximum(np.minimum(np.nan_to_num(freq_em, nan=0.0), f.value), 1.0 / n)
         _, var_m = self.variances(n, f_eval, np.full(self.d, math.sqrt(m2)))
         _, own_m = self.variances(n, f_eval, mean)
-        m = shrink(mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE)
+        m = shrink(mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE, f.value)
         diag["prior_frequency"] = (f.prior_mean, math.sqrt(f.prior_variance))
         diag["prior_mean"] = (m.prior_mean, math.sqrt(m.prior_variance))
+        diag["prior_mean_slope"] = m.prior_slope
         return f.value, m.value, f.variance, m.variance
 
     def variances(self, n: float, freq: FloatArray, mean: FloatArray) -> tuple[FloatArray, FloatArray]:
