@@ -208,7 +208,16 @@ def claims5(rows: list[Row]) -> list[Claim]:
     return out
 
 
-NOTES4 = """
+MEANS_NOTE = """
+Means: these populations make a key's mean a linear function of its frequency (m = 2f − 1
+for the Gaussian and power-law ones; both rise linearly with the key's index for the
+linear one). Empirical Bayes (`+ eb`) centres the means' prior on a line in the frequency
+wherever the keys identify one, so here it recovers even rare keys' means from their
+frequency: its 89-99% lower MSE(m) at ε ≥ 0.5 shows what that structure is worth, not
+what to expect where frequency says little about a key's mean.
+"""
+NOTES4 = (
+    """
 Populations: spec §13.2 (Table 2 moments; the power law is the moment-matched surrogate).
 ε1 = ε2 = ε/2. The paper's MSE(f) is printed ×10^-4; the MSE(m) tables have no printed
 counterpart (the paper shows MAE(m) figures only). The `advise` series run the mechanisms
@@ -217,13 +226,18 @@ MSE(f) and by MSE(f) + MSE(m), L the population's average keys per device (25 Ga
 10 power-law, 26 linear), each with the estimator advise recommends (its prediction on
 another draw of the same kind of population).
 """
-NOTES5 = """
+    + MEANS_NOTE
+)
+NOTES5 = (
+    """
 ε = 2, d = 50. Table 5 as printed is inconsistent with its own Table 4 (spec §13.2): the
 printed PrivKV column is ~10× the expected value e^ε1/(N(e^ε1−1)^2) + mean f(1−f)/N
 with N = n/d. The `(theory)` columns give the expected values (the analytic prediction
 of `kvldp.predict`), next to the printed ones. The n = 10^7 row is not simulated (2.5·10^8
 key-value pairs do not fit a test machine's memory); its printed numbers are in the spec.
 """
+    + MEANS_NOTE
+)
 
 TABLE4_EXPERIMENT = Experiment(
     name="horigome-table4",

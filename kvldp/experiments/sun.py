@@ -180,11 +180,17 @@ states, with t chosen from ε (t = 2 at ε = 3 and 4, t = 3 at ε = 5; at ε ≤
 picks t = 1, which is KVUE, so the series starts at ε = 3). It targets MSE(f): the
 predicted ratio against KVUE is 0.90, 0.66 and 0.50 at ε = 3, 4, 5; its MSE(m) is
 worse than KVUE's on the uniform panel (rare keys) and better on the Gaussian one at
-ε ≥ 4.
+ε ≥ 4. `KVUE + EB` is empirical Bayes on the KVUE reports (EM's frequencies and means
+shrunk toward priors fitted across the keys, docs/mechanisms.md). It pays where the keys'
+spread is small against each key's noise: frequencies on the Gaussian panel at ε ≤ 0.6
+(f ~ N(0.5, 0.2²); 0.50-0.93 of EM's MSE(f)), and means at ε ≤ 2 on both panels (0.23-0.66
+of KVUE's MSE(m), 0.89 on the Gaussian panel at ε = 2).
 
-What the grid leaves open: frequencies at ε = 0.8-2 (uniform) and 0.4-2 (Gaussian), where
-kvldp's best is KVUE + EM at +0 to +9%. The error there is KVUE's privacy noise more than
-the d·f(1−f)/n sampling floor, and both ways past it cost more than they give:
+What the grid leaves open: frequencies at ε = 0.8-2, where kvldp's best (KVUE + EM or
++ EB) is +1 to +9%. The error there is KVUE's privacy noise more than the d·f(1−f)/n
+sampling floor, and neither a prior nor a way past the floor pays 10%. Empirical Bayes
+gains at most s²/(s² + τ²): with τ² = 1/12 (uniform f) or 0.04 (Gaussian) against
+s² ≈ 0.0028 at ε = 0.8, that is 3-7%. Both ways past the floor cost more than they give:
 
 - **More keys per report.** GRR over the 3^t joint states of t = 2 keys multiplies the
   predicted MSE(f) by 3.65, 3.26, 2.91, 2.59 and 1.46 against KVUE (ε = 0.4, 0.6, 0.8, 1,
