@@ -193,7 +193,7 @@ def shrink(
     fit_x = np.where(fit, x, np.nan) if identified else x
     z = None if covariate is None else np.asarray(covariate, dtype=np.float64)
     prior = fit_regression_prior(fit_x, var, z)
-    if z is not None and not prior.coef[1] ** 2 >= SLOPE_T2 * prior.coef_cov[1, 1]:
+    if z is not None and not prior.coef[1] ** 2 > SLOPE_T2 * prior.coef_cov[1, 1]:
         z = None  # no line the keys can tell from a flat centre: one centre, as without z
         prior = fit_regression_prior(fit_x, var)
     tau2 = prior.tau2
