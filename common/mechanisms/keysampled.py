@@ -293,9 +293,9 @@ class KeySampledMechanism(Mechanism):
         RMS mean, the means' at the keys' RMS mean and at the EM frequency (or the shrunk
         one where lower, at least one reporter's worth). The means' prior is centred on a
         line in the shrunk frequency (:func:`~kvldp.common.shrinkage.shrink`'s covariate),
-        so a rare key is pulled toward keys as rare as it, not toward the frequent ones. Each key's own mean enters its standard
-        error only. A key without reports, or without a defined mean, gets the prior's
-        centre and the prior's standard error.
+        so a rare key is pulled toward keys as rare as it, not toward the frequent ones.
+        Each key's own mean enters its standard error only. A key without reports, or
+        without a defined mean, gets the prior's centre and the prior's standard error.
         """
         em = self._em_estimate(stats, counts, options)
         reports = counts.sum(axis=1)
