@@ -38,6 +38,7 @@ interval is honest only in that average sense, the price of shrinkage.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -226,3 +227,40 @@ def shrink(
     centre = float(np.mean(mu[informed])) if informed.any() else float(np.mean(mu))
     line = float(prior.coef[1]) if z is not None else 0.0
     return Shrunk(np.clip(value, lo, hi), variance, centre, tau2, line)
+
+
+def shrink_means(
+    mean: FloatArray,
+    em_frequency: FloatArray,
+    frequency: Shrunk,
+    floor: float | FloatArray,
+    variances: Callable[[FloatArray, FloatArray], tuple[FloatArray, FloatArray]],
+) -> Shrunk:
+    """Per-key means shrunk toward a prior centred on a line in the shrunk ``frequency``.
+
+    ``variances(f, m)`` gives a mechanism's (Var f^, Var m^) per key at frequency f and
+    mean m. The weights take Var m^ at stable values, not at each key's noisy estimate:
+    at the keys' RMS mean (the m^2 term of Var m^ at a noisy m^ near +-1 doubles it and
+    over-shrinks exactly the keys far from the others) and at the EM frequency each mean
+    was divided by, or the shrunk one where lower, at least ``floor`` (an
+    over-estimated frequency would claim a precision the key does not have). Each key's
+    own mean enters its standard error only. An undefined (NaN) mean enters as "no
+    information" and leaves as the prior's centre with the prior's standard error.
+    """
+    defined = ~np.isnan(mean)
+    rms = float(np.sqrt(np.mean(mean[defined] ** 2))) if defined.any() else 0.0
+    f_eval = np.maximum(np.minimum(np.nan_to_num(em_frequency, nan=0.0), frequency.value), floor)
+    _, var_m = variances(f_eval, np.full(mean.shape, rms))
+    _, own_m = variances(f_eval, np.nan_to_num(mean, nan=0.0))
+    return shrink(
+        mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE, frequency.value
+    )
+
+
+def prior_diagnostics(frequency: Shrunk, mean: Shrunk) -> dict[str, object]:
+    """The fitted priors as an estimate's diagnostics: (centre, spread) of each, the means' slope."""
+    return {
+        "prior_frequency": (frequency.prior_mean, math.sqrt(frequency.prior_variance)),
+        "prior_mean": (mean.prior_mean, math.sqrt(mean.prior_variance)),
+        "prior_mean_slope": mean.prior_slope,
+    }

@@ -14,10 +14,10 @@ bounded, as the estimates do. The same numbers serve ``kvldp advise`` and the "t
 
 A nonlinear estimator whose error is not a function of the first-order variances alone
 (``eb``, which fits a prior across the keys and so depends on how the keys differ; EM,
-whose answers on rare keys are bounded) is predicted by :func:`predict_by_draws`: the estimator itself runs on draws of
-the sufficient statistics from the model behind the analytic variances, and its errors
-are averaged: the same model as the analytic path, with the estimator's own
-nonlinearity kept.
+whose answers on rare keys are bounded) is predicted by :func:`predict_by_draws`: the
+estimator itself runs on draws of the sufficient statistics from the model behind the
+analytic variances, and its errors are averaged: the same model as the analytic path,
+with the estimator's own nonlinearity kept.
 """
 
 from __future__ import annotations

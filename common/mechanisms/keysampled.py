@@ -40,7 +40,7 @@ from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
 from kvldp.common.primitives import FloatArray, disc
 from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.shrinkage import MEAN_FIT_VARIANCE, shrink
+from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import quad, stderr
@@ -287,15 +287,10 @@ class KeySampledMechanism(Mechanism):
         MLE, kept inside the range, is the closer estimate (on Sun's uniform data at
         epsilon = 0.8, MSE(f) 0.00239 against 0.00246 from the unbiased ones).
 
-        As for PCKV (:meth:`~kvldp.common.mechanisms.pckv_estimate.PCKVEstimation._shrink`),
-        the weights come from variances at stable values, not at each key's noisy
-        estimate: the frequencies' at the raw estimate clipped into [0, 1] with the keys'
-        RMS mean, the means' at the keys' RMS mean and at the EM frequency (or the shrunk
-        one where lower, at least one reporter's worth). The means' prior is centred on a
-        line in the shrunk frequency (:func:`~kvldp.common.shrinkage.shrink`'s covariate),
-        so a rare key is pulled toward keys as rare as it, not toward the frequent ones.
-        Each key's own mean enters its standard error only. A key without reports, or
-        without a defined mean, gets the prior's centre and the prior's standard error.
+        The frequencies' weights come from variances at stable values (the raw estimate
+        clipped into [0, 1], the keys' RMS mean), not at each key's noisy estimate; the
+        means are shrunk by :func:`~kvldp.common.shrinkage.shrink_means`, as PCKV's are, so
+        a rare key is pulled toward keys as rare as it where means move with frequency.
         """
         em = self._em_estimate(stats, counts, options)
         reports = counts.sum(axis=1)
@@ -305,18 +300,15 @@ class KeySampledMechanism(Mechanism):
         m_rms = np.full(self.d, float(np.sqrt(np.mean(em.mean[defined] ** 2))) if defined.any() else 0.0)
         var_raw, _ = self._variances_at(np.nan_to_num(raw, nan=0.0), m_rms, reports, n)
         f = shrink(np.where(np.isnan(raw), np.nan, em.frequency), var_raw, 0.0, 1.0)
-        floor = 1.0 / np.maximum(reports, 1.0)
-        f_eval = np.maximum(np.minimum(np.nan_to_num(em.frequency, nan=0.0), f.value), floor)
-        _, var_m = self._variances_at(f_eval, m_rms, reports, n)
-        _, own_m = self._variances_at(f_eval, np.nan_to_num(em.mean, nan=0.0), reports, n)
-        m = shrink(em.mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE, f.value)
-        diag = dict(em.diagnostics)
-        diag.update(
-            undefined_means=0,
-            prior_frequency=(f.prior_mean, float(np.sqrt(f.prior_variance))),
-            prior_mean=(m.prior_mean, float(np.sqrt(m.prior_variance))),
-            prior_mean_slope=m.prior_slope,
+        m = shrink_means(
+            em.mean,
+            em.frequency,
+            f,
+            1.0 / np.maximum(reports, 1.0),
+            lambda fr, mu: self._variances_at(fr, mu, reports, n),
         )
+        diag = dict(em.diagnostics)
+        diag.update(undefined_means=0, **prior_diagnostics(f, m))
         return Estimate(
             mechanism=self.name,
             estimator="eb",

@@ -67,7 +67,6 @@ estimators cannot undo it). No error is raised: the data model allows such users
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import numpy as np
@@ -76,7 +75,7 @@ from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.primitives import FloatArray
-from kvldp.common.shrinkage import MEAN_FIT_VARIANCE, shrink
+from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import ratio_variance, stderr
@@ -264,31 +263,16 @@ class PCKVEstimation(Mechanism):
         """``eb``: the unbiased frequencies and the EM means shrunk toward fitted priors.
 
         The normal-normal model wants each key's sampling variance without its own noise in
-        it, so the variances are evaluated at stable values: the frequencies' at the raw
-        estimate clipped into [0, 1], the means' at the keys' average m^2 (the m^2 term of
-        Var[m^] evaluated at a noisy m^ near +-1 doubles it and over-shrinks exactly the
-        keys whose mean is far from the others) and at the EM frequency each mean was
-        divided by, or the shrunk one where that is lower (an under-estimated frequency
-        inflates that key's mean error and its variance says so; an over-estimated one
-        would claim a precision the key does not have). The standard errors take each
-        key's own m^ in that variance instead: at |m| near 1 the m^2 term is most of it. A mean
-        without holders enters as "no information" and leaves as the prior's centre with
-        the prior's standard error. The means' prior is centred on a line in the shrunk
-        frequency, so a rare key is pulled toward keys as rare as it: where means move with
-        frequency (Horigome et al.'s populations), one centre fitted on the precise,
-        frequent keys drags every rare key toward their means.
+        it, so the frequencies' variances are evaluated at the raw estimate clipped into
+        [0, 1]; the means are shrunk by :func:`~kvldp.common.shrinkage.shrink_means`
+        (stable weights, a prior centred on a line in the shrunk frequency where the keys
+        identify one: where means move with frequency, as in Horigome et al.'s populations,
+        one centre fitted on the precise, frequent keys drags every rare key toward them).
         """
         var_raw, _ = self.variances(n, raw, np.zeros(self.d))
         f = shrink(raw, var_raw, 0.0, 1.0)
-        defined = ~np.isnan(mean)
-        m2 = float(np.mean(mean[defined] ** 2)) if defined.any() else 0.0
-        f_eval = np.maximum(np.minimum(np.nan_to_num(freq_em, nan=0.0), f.value), 1.0 / n)
-        _, var_m = self.variances(n, f_eval, np.full(self.d, math.sqrt(m2)))
-        _, own_m = self.variances(n, f_eval, mean)
-        m = shrink(mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE, f.value)
-        diag["prior_frequency"] = (f.prior_mean, math.sqrt(f.prior_variance))
-        diag["prior_mean"] = (m.prior_mean, math.sqrt(m.prior_variance))
-        diag["prior_mean_slope"] = m.prior_slope
+        m = shrink_means(mean, freq_em, f, 1.0 / n, lambda fr, mu: self.variances(n, fr, mu))
+        diag.update(prior_diagnostics(f, m))
         return f.value, m.value, f.variance, m.variance
 
     def variances(self, n: float, freq: FloatArray, mean: FloatArray) -> tuple[FloatArray, FloatArray]:
