@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,broker,plots
 
-.PHONY: demo test lint typecheck unit venv clean prometheus stunnel bench-deps evaluate
+.PHONY: demo test lint typecheck unit venv clean prometheus stunnel bench-deps evaluate dashboard
 
 EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf
 
@@ -24,13 +24,12 @@ demo: $(STAMP)
 	$(BIN)/kvldp demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check common producer aggregator kvldp tests
-	$(BIN)/ruff format --check common producer aggregator kvldp tests
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
+	$(BIN)/lint-imports
 
-# kvldp/common, kvldp/producer and kvldp/aggregator link to the top-level directories, so
-# checking the package checks every layer under the names it is installed with
 typecheck: $(STAMP)
-	$(BIN)/mypy kvldp
+	$(BIN)/mypy -p kvldp
 
 unit: $(STAMP)
 	$(BIN)/pytest -q
@@ -38,6 +37,10 @@ unit: $(STAMP)
 # the peer libraries `kvldp bench peers` compares against (optional: not needed by make test)
 bench-deps: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
+
+# the Grafana dashboard of deploy/, generated from src/kvldp/dashboard.py
+dashboard: $(STAMP)
+	$(BIN)/python -m kvldp.dashboard --out deploy/grafana/dashboards/kvldp.json
 
 # the papers' full grids (about an hour on two cores); outputs land in docs/results/NAME/
 evaluate: $(STAMP)

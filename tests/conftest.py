@@ -4,19 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import pytest
 
-from kvldp.broker import EmbeddedBroker
-from tests.tls_support import TlsFiles, make_tls_files
+from kvldp.broker.tansu import EmbeddedBroker
 
-
-class TlsBroker(NamedTuple):
-    """A running TLS broker and the certificates it serves (``certs.ca_pem`` signed them)."""
-
-    broker: EmbeddedBroker
-    certs: TlsFiles
+from support.tls import TlsBroker, TlsFiles, make_tls_files
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +32,7 @@ def tls_broker(tls_files: TlsFiles) -> Iterator[TlsBroker]:
 
 @pytest.fixture(scope="session")
 def sasl_broker() -> Iterator[EmbeddedBroker]:
-    """Tansu requiring SASL, plain TCP: no login succeeds on this build (see kvldp.broker)."""
+    """Tansu requiring SASL, plain TCP: no login succeeds on this build (see kvldp.broker.tansu)."""
     with EmbeddedBroker(0, authentication=True) as running:
         yield running
 

@@ -13,14 +13,15 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.advise import CANDIDATES, advise, reference_population
 from kvldp.common.mechanisms import create
-from kvldp.evaluate import evaluate
+from kvldp.evaluation.advisor import CANDIDATES, advise, reference_population
+from kvldp.evaluation.prediction import DRAWS, clipped_normal_mse, predict, predict_by_draws
+from kvldp.evaluation.scoring import evaluate
 from kvldp.experiments import EXPERIMENTS
-from kvldp.experiments.runner import run
-from kvldp.predict import DRAWS, clipped_normal_mse, predict, predict_by_draws
-from kvldp.producer.datasets import GENERATORS, Dataset, generate
-from tests.support import run_kvldp
+from kvldp.experiments.grid import run
+from kvldp.sim.datasets import GENERATORS, Dataset, generate
+
+from support import run_kvldp
 
 GRID = [(10, 1.0, 1), (10, 4.0, 3), (40, 2.0, 1), (40, 1.0, 8)]
 

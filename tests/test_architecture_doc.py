@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tests.test_imports import MODULES, REPO
+from support.package import MODULES, REPO
 
 DOC = (REPO / "docs" / "architecture.md").read_text()
 #: backticked dotted names under kvldp (topic names such as kvldp.checkout.reports excepted)

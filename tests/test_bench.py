@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from kvldp.bench import kafka
-from kvldp.bench.mechanisms import SCALING_COLUMNS, bench_refit_scaling
+from kvldp.bench import kafka_throughput
+from kvldp.bench.mechanism_cost import SCALING_COLUMNS, bench_refit_scaling
 from kvldp.cli import main
 
 pytestmark = pytest.mark.slow
@@ -24,7 +24,7 @@ def test_ingest_drains_and_folds_every_message() -> None:
     # large enough that neither side can get everything in its first fetch (the clock
     # starts there): 20,000 records per getmany, 1 MiB per partition per fetch, and the
     # batched messages (about 10 kB each) fill every partition several times over
-    rows = kafka.bench_ingest(
+    rows = kafka_throughput.bench_ingest(
         messages=50_000, batched_reports=2_000_000, per_message=1_000, repeats=1, seed=3
     )
     assert [r["case"] for r in rows] == ["single-report messages", "1000 reports per message"]
@@ -32,14 +32,14 @@ def test_ingest_drains_and_folds_every_message() -> None:
     for row in rows:
         assert _rate(row["bare_messages_per_s"]) and _rate(row["kvldp_reports_per_s"]), row
         assert row["met"] is (
-            row["ratio"] >= kafka.INGEST_RATIO_TARGET
+            row["ratio"] >= kafka_throughput.INGEST_RATIO_TARGET
             if row["messages"] == row["reports"]
-            else row["kvldp_reports_per_s"] >= kafka.BATCHED_RATE_TARGET
+            else row["kvldp_reports_per_s"] >= kafka_throughput.BATCHED_RATE_TARGET
         )
 
 
 def test_produce_compares_devices_with_a_bare_producer() -> None:
-    (row,) = kafka.bench_produce(messages=2_000, repeats=2, seed=1)
+    (row,) = kafka_throughput.bench_produce(messages=2_000, repeats=2, seed=1)
     assert len(row["bare_runs"]) == len(row["kvldp_runs"]) == 2
     assert _rate(row["bare_messages_per_s"]) and _rate(row["kvldp_messages_per_s"])
     assert row["ratio"] == pytest.approx(row["kvldp_messages_per_s"] / row["bare_messages_per_s"])

@@ -22,7 +22,7 @@ from kvldp.common.mechanisms import create
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, pack_bits
 from kvldp.common.schema import ReportBatch
-from kvldp.producer.datasets import generate
+from kvldp.sim.datasets import generate
 
 EPS = 1.0
 

@@ -21,9 +21,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
 
-from kvldp.broker import BrokerError, EmbeddedBroker
-from tests.conftest import TlsBroker
-from tests.tls_support import TlsFiles
+from kvldp.broker.tansu import BrokerError, EmbeddedBroker
+
+from support.tls import TlsBroker, TlsFiles
 
 #: a client that cannot connect must say so within this many seconds
 FAIL_FAST = 15.0

@@ -33,7 +33,8 @@ from kvldp.common.conditional import (
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.stats import Stats
-from tests.conditional_support import (
+
+from support.conditional import (
     NAMES,
     ONE_HOT_SUM,
     ROWS,

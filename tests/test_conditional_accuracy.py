@@ -15,7 +15,7 @@ import pytest
 from kvldp.common.conditional import ConditionalQuery, conditional_truth
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.ioh import JointStateMechanism
-from kvldp.producer.datasets import generate
+from kvldp.sim.datasets import generate
 
 
 def two_way(d: int) -> list[ConditionalQuery]:

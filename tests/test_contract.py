@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvldp.common.audit import audit
 from kvldp.common.mechanisms import names
 from kvldp.common.mechanisms.base import UnknownEstimator
+from kvldp.common.privacy_audit import audit
 from kvldp.common.schema import InvalidReport, batch_len, concat, from_rows, row, take
 from kvldp.common.stats import Stats, StatsMismatch
-from tests.support import make, population_for
+
+from support import make, population_for
 
 ALL = names()
 

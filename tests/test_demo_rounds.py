@@ -19,14 +19,15 @@ import pytest
 
 from kvldp import dashboard
 from kvldp.aggregator.service import Aggregator
-from kvldp.broker import EmbeddedBroker, free_port
+from kvldp.broker.tansu import EmbeddedBroker, free_port
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import collection_toml, parse_collection
-from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
-from kvldp.producer.round_fleet import RoundFleet
-from tests.pipeline_support import start, wait_for
-from tests.test_prometheus import finite, promql, start_prometheus
+from kvldp.sim import simulate
+from kvldp.sim.round_fleet import RoundFleet
+
+from support.pipeline import start, wait_for
+from support.prometheus import finite, promql, start_prometheus
 
 pytestmark = pytest.mark.asyncio
 
@@ -56,7 +57,7 @@ def rounds_collection(name: str) -> Collection:
 def run_demo(toml: Path, users: int) -> subprocess.CompletedProcess[str]:
     args = ["demo", "--collection", str(toml), "--users", str(users), "--metrics-port", "0"]
     return subprocess.run(
-        [sys.executable, "-m", "kvldp", *args],
+        [sys.executable, "-P", "-m", "kvldp", *args],
         capture_output=True,
         text=True,
         timeout=60,

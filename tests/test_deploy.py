@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +18,8 @@ import yaml
 from kvldp import dashboard
 from kvldp.aggregator import exporter
 from kvldp.common.collection_file import load_collection
-from tests.deploy_support import (
+
+from support.deploy import (
     COMPOSE,
     DEPLOY,
     KVLDP_SERVICES,
@@ -93,7 +96,7 @@ def test_collections_topics_and_scrape_targets_agree() -> None:
     aggregators = {n: s for n, s in SERVICES.items() if command_args(s)[:1] == ["aggregate"]}
     assert len(aggregators) >= 2
     # no topic-creating side service: the aggregators create their topics, with the
-    # partitions and replication of their collection (aggregator/topics.py)
+    # partitions and replication of their collection (src/kvldp/aggregator/topics.py)
     assert "topics" not in SERVICES
     assert broker_properties()["auto.create.topics.enable"] == "false"
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
@@ -134,10 +137,46 @@ def test_grafana_provisioning_matches_the_dashboard() -> None:
     assert mounts["./grafana/dashboards"] == path
 
 
-def test_committed_dashboard_is_the_generated_one() -> None:
-    assert (DEPLOY / "grafana/dashboards/kvldp.json").read_text() == dashboard.render(), (
-        "run: python -m kvldp.dashboard"
+def test_the_dashboard_command_writes_where_it_is_told(tmp_path: Path) -> None:
+    # --help only helps; --out writes that file; standard output otherwise; a path that
+    # cannot be written is one line
+    helped = subprocess.run(
+        [sys.executable, "-P", "-m", "kvldp.dashboard", "--help"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
     )
+    assert helped.returncode == 0 and "--out FILE" in helped.stdout and not list(tmp_path.iterdir())
+    out = tmp_path / "board.json"
+    wrote = subprocess.run(
+        [sys.executable, "-P", "-m", "kvldp.dashboard", "--out", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert wrote.returncode == 0 and out.read_text() == dashboard.render()
+    printed = subprocess.run(
+        [sys.executable, "-P", "-m", "kvldp.dashboard"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert printed.stdout == dashboard.render() and sorted(tmp_path.iterdir()) == [out]
+    refused = subprocess.run(
+        [sys.executable, "-P", "-m", "kvldp.dashboard", "--out", str(out / "x.json")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "cannot write" in refused.stderr
+
+
+def test_committed_dashboard_is_the_generated_one() -> None:
+    assert (DEPLOY / "grafana/dashboards/kvldp.json").read_text() == dashboard.render(), "run: make dashboard"
     board = json.loads(dashboard.render())
     names = {v["name"] for v in board["templating"]["list"]}
     assert names == {"collection", "window", "estimator"}

@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvldp.common.collection_file import load_collection
-from kvldp.common.kafka_config import KNOWN_KEYS
-from tests.deploy_support import (
+from kvldp.kafka.client_config import KNOWN_KEYS
+
+from support.deploy import (
     CLIENT_FILE,
     COMPOSE,
     COMPOSE_TEXT,

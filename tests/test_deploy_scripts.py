@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kvldp.common.kafka_config import KafkaConfig, kafka_config, parse_properties
-from tests.deploy_support import (
+from kvldp.kafka.client_config import KafkaConfig, kafka_config, parse_properties
+
+from support.deploy import (
     CERTS_SCRIPT,
     CLIENT_FILE,
     DEPLOY,

@@ -15,7 +15,8 @@ from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
-from tests.support import Rec
+
+from support import Rec
 
 HOUR_MS = 3_600_000
 T0 = 1_800_000_000_000

@@ -24,7 +24,7 @@ import msgpack
 import numpy as np
 import pytest
 
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.cli import main
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
@@ -34,7 +34,7 @@ from kvldp.common.wire import WireFormat
 from kvldp.producer import Collector, PrivacyBudgetExhausted, ReportStatus
 from kvldp.producer.batching import BatchingRefused
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState
-from kvldp.producer.fleet import FleetSimulation, PeriodReport
+from kvldp.sim.fleet import FleetSimulation, PeriodReport
 
 T = TypeVar("T")
 HOUR = 3600.0
@@ -413,7 +413,7 @@ def test_produce_periods_input_errors(
 
 def kvldp(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "kvldp", *args], capture_output=True, text=True, timeout=120, check=False
+        [sys.executable, "-P", "-m", "kvldp", *args], capture_output=True, text=True, timeout=120, check=False
     )
 
 

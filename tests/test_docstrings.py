@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from tests.test_imports import MODULES, REPO
+from support.package import MODULES, REPO
 
 DATED = re.compile(r"\b(issues?|sessions?|now)\b", re.IGNORECASE)
 

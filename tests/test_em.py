@@ -28,7 +28,7 @@ from kvldp.common import em
 from kvldp.common.em import EMResult, em_counts
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.privkv import em4_transition
-from kvldp.producer.datasets import generate
+from kvldp.sim.datasets import generate
 
 FloatArray = NDArray[np.float64]
 

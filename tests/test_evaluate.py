@@ -7,8 +7,8 @@ import math
 import pytest
 
 from kvldp.common.mechanisms import create, get, names
-from kvldp.evaluate import evaluate
-from kvldp.producer.datasets import generate, horigome_profile
+from kvldp.evaluation.scoring import evaluate
+from kvldp.sim.datasets import generate, horigome_profile
 
 #: D2 Table 4, MSE(f) x 1e-4, PrivKV, Gaussian, n = 1e5, d = 50
 TABLE4_PRIVKV_GAUSS = {0.5: 84.629, 1.0: 22.588, 3.0: 2.324}

@@ -20,7 +20,8 @@ import pytest
 from kvldp.experiments import EXPERIMENTS
 from kvldp.experiments.metrics import kld, ncr, relative_error, squared_error, top
 from kvldp.experiments.report import duels
-from tests.support import random_ratings, run_kvldp
+
+from support import random_ratings, run_kvldp
 
 
 @pytest.mark.slow
@@ -49,7 +50,7 @@ def test_quick_grid_writes_csv_markdown_and_plots(name: str, tmp_path: Path) -> 
 
 
 def test_horigome_report_prints_the_papers_numbers_beside_ours(tmp_path: Path) -> None:
-    from kvldp.experiments.runner import run, write
+    from kvldp.experiments.grid import run, write
 
     experiment = EXPERIMENTS["horigome-table4"]
     rows = run(experiment, quick=True, show_progress=False)
@@ -80,7 +81,7 @@ def test_experiment_flags_are_checked() -> None:
 
 
 def test_a_ratings_file_replaces_the_grids_populations(tmp_path: Path) -> None:
-    from kvldp.experiments.runner import run
+    from kvldp.experiments.grid import run
 
     path = tmp_path / "r.csv"
     users = random_ratings(path, users=3000, items=60, share=0.2, seed=2)

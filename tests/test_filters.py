@@ -20,7 +20,8 @@ from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
-from tests.support import Rec
+
+from support import Rec
 
 DAY_MS = 86_400_000
 

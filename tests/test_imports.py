@@ -1,191 +1,166 @@
-"""The import graph of the kvldp package: a DAG, layered, and under the one name ``kvldp``.
+"""The kvldp package: one path per module, layered imports, no circle, no repeated names.
 
-Read from the source (every ``import`` statement, including those inside functions, so a
-lazy import cannot hide a circle), never by importing the code:
-
-* no circle: the module graph has no strongly connected component of more than one
-  module, inside a package or across packages;
-* layers: ``kvldp.common`` imports no other kvldp package; ``kvldp.producer`` (the device
-  SDK) and ``kvldp.aggregator`` (the service) import only ``kvldp.common``, never each
-  other; the rest of ``kvldp`` (command line, demo, benchmarks, experiments) sits on top.
-  Between those four packages the graph is therefore a DAG too;
-* one name: nothing imports ``common``, ``producer`` or ``aggregator`` as top-level
-  modules, which are repository directories and are not installed.
+* **One path per module.** The package lives in ``src/kvldp`` and nowhere else: the
+  repository tracks no symbolic link, nothing on ``sys.path`` (of the tests or of the
+  ``kvldp`` command) reaches a module under a second name, and the repository's root,
+  which holds ``src`` and ``tests``, is not on it.
+* **Layers.** ``lint-imports`` (import-linter, run by ``make lint``) checks the contracts
+  of ``pyproject.toml``: each layer of ``docs/architecture.md`` imports only the layers
+  below it, ``kvldp.common`` no Kafka client, web server, metrics or plots, and no
+  package or module takes part in an import circle. Import-linter reads every import
+  statement, lazy ones inside functions included. The tests here prove that each
+  contract fails when its rule is broken, on a copy of the package with one import
+  added.
+* **Names.** A file name is used once in the package (``__init__``, ``__main__`` aside),
+  unless it is a command and the package that implements it (``kvldp.cli.bench`` and
+  ``kvldp.bench``).
 """
 
 from __future__ import annotations
 
-import ast
+import importlib.util
+import json
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-#: repository directory -> the package it is installed as
-PACKAGES = {
-    "common": "kvldp.common",
-    "producer": "kvldp.producer",
-    "aggregator": "kvldp.aggregator",
-    "kvldp": "kvldp",
-}
-#: package -> the kvldp packages it may import (besides itself)
-LAYERS = {
-    "kvldp.common": set(),
-    "kvldp.producer": {"kvldp.common"},
-    "kvldp.aggregator": {"kvldp.common"},
-    "kvldp": {"kvldp.common", "kvldp.producer", "kvldp.aggregator"},
-}
+from support.package import MODULES, PACKAGE, REPO
 
-
-def source_modules() -> dict[str, Path]:
-    """Every module of the installed package, by dotted name, from the repository's files
-    (the symlinks ``kvldp/common`` etc. are not walked twice)."""
-    modules: dict[str, Path] = {}
-    for directory, package in PACKAGES.items():
-        for root, dirs, files in os.walk(REPO / directory):
-            dirs[:] = [d for d in dirs if d != "__pycache__" and not Path(root, d).is_symlink()]
-            for name in files:
-                if not name.endswith(".py"):
-                    continue
-                parts = Path(root, name).relative_to(REPO / directory).with_suffix("").parts
-                if parts[-1] == "__init__":
-                    parts = parts[:-1]
-                modules[".".join((package, *parts))] = Path(root, name)
-    return modules
-
-
-MODULES = source_modules()
-
-
-def imported_names(module: str) -> Iterator[tuple[str, int]]:
-    """Every absolute module name ``module`` imports (``from P import n`` yields ``P.n``
-    as well as ``P``), with its line."""
-    path = MODULES[module]
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([node.module] if node.module else [])])
-            yield base, node.lineno
-            for alias in node.names:
-                yield f"{base}.{alias.name}", node.lineno
-
-
-def dependencies(module: str) -> set[str]:
-    """The kvldp modules ``module`` imports: each name resolved to the longest module it
-    names (``from kvldp.common import wire`` is the module ``kvldp.common.wire``)."""
-    out = set()
-    for name, _ in imported_names(module):
-        while name and name not in MODULES:
-            name = name.rpartition(".")[0]
-        if name and name != module:
-            out.add(name)
-    return out
-
-
-def package_of(module: str) -> str:
-    return next(
-        (
-            p
-            for p in ("kvldp.common", "kvldp.producer", "kvldp.aggregator")
-            if module == p or module.startswith(p + ".")
-        ),
-        "kvldp",
-    )
-
-
-def circles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one node (Tarjan, iteratively)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    for start in sorted(graph):
-        if start in index:
-            continue
-        work = [(start, iter(sorted(graph[start])))]
-        index[start] = low[start] = len(index)
-        stack.append(start)
-        on_stack.add(start)
-        while work:
-            node, children = work[-1]
-            child = next(children, None)
-            if child is not None:
-                if child not in index:
-                    index[child] = low[child] = len(index)
-                    stack.append(child)
-                    on_stack.add(child)
-                    work.append((child, iter(sorted(graph[child]))))
-                elif child in on_stack:
-                    low[node] = min(low[node], index[child])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                component = []
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    component.append(member)
-                    if member == node:
-                        break
-                if len(component) > 1:
-                    found.append(sorted(component))
-    return found
-
-
-GRAPH = {module: dependencies(module) for module in MODULES}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+#: command modules named for the package that implements their command
+COMMAND_AND_PACKAGE = {"bench", "broker", "demo", "mechanisms"}
 
 
 def test_the_walk_sees_the_whole_package() -> None:
-    # the modules the rest of this file reasons about are really there
     assert {"kvldp.cli", "kvldp.common.wire", "kvldp.producer.collector", "kvldp.aggregator"} <= set(MODULES)
     assert len(MODULES) > 100
-    assert "kvldp.common.wire" in GRAPH["kvldp.producer.collector"]
 
 
-def test_circles_are_found() -> None:
-    # the detector itself, on a graph with one circle of three and a self-free tail
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
-    assert circles(graph) == [["a", "b", "c"]]
-    assert circles({"a": {"b"}, "b": set()}) == []
+# ------------------------------------------------------------------ one path per module
+def test_the_repository_tracks_no_symbolic_link() -> None:
+    listed = subprocess.run(
+        ["git", "ls-files", "--stage"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    links = [line.split("\t", 1)[1] for line in listed if line.startswith("120000 ")]
+    assert not links, links
+    assert not [p for p in PACKAGE.rglob("*") if p.is_symlink()]
 
 
-def test_no_import_circle() -> None:
-    found = circles(GRAPH)
-    assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
+def second_names(path_entries: list[str]) -> list[str]:
+    """Every (entry, module) where a module file of the package lies under a ``sys.path``
+    entry by another name than its own: the way one file becomes two modules."""
+    wrong = []
+    for entry in path_entries:
+        root = Path(entry or ".").resolve()
+        for name, path in MODULES.items():
+            if root in path.parents:
+                parts = path.relative_to(root).with_suffix("").parts
+                as_named = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+                if as_named != name:
+                    wrong.append(f"{entry}: {as_named}")
+    return wrong
 
 
-@pytest.mark.parametrize("package", sorted(LAYERS))
-def test_each_package_imports_only_the_layers_below_it(package: str) -> None:
-    allowed = LAYERS[package] | {package}
-    wrong = sorted(
-        f"{module} imports {target}"
-        for module, targets in GRAPH.items()
-        if package_of(module) == package
-        for target in targets
-        if package_of(target) not in allowed
+def test_a_second_name_is_seen() -> None:
+    # the repository's root would make src.kvldp.common.errors of kvldp.common.errors,
+    # and the package's own directory common.errors: both are caught
+    assert "src.kvldp.common.errors" in {w.split(": ")[1] for w in second_names([str(REPO)])}
+    assert "common.errors" in {w.split(": ")[1] for w in second_names([str(PACKAGE)])}
+    assert second_names([str(PACKAGE.parent)]) == []
+
+
+def test_no_module_is_importable_under_a_second_name_in_the_tests() -> None:
+    assert not second_names(sys.path)
+    assert (
+        Path(importlib.import_module("kvldp.common.errors").__file__ or "") == MODULES["kvldp.common.errors"]
     )
-    assert not wrong, wrong
+    for other in ("common", "producer", "aggregator", "src", "src.kvldp"):
+        assert importlib.util.find_spec(other.split(".")[0]) is None, other
 
 
-def test_nothing_imports_the_repository_directories_by_their_own_names() -> None:
-    tests = sorted((REPO / "tests").rglob("*.py"))
-    wrong = sorted(
-        f"{path.relative_to(REPO)}:{node.lineno} imports {name}"
-        for path in [*MODULES.values(), *tests]
-        for node in ast.walk(ast.parse(path.read_text(), str(path)))
-        if isinstance(node, ast.Import | ast.ImportFrom) and not getattr(node, "level", 0)
-        for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
-        if name.split(".")[0] in {"common", "producer", "aggregator"}
+def test_no_module_is_importable_under_a_second_name_in_the_command() -> None:
+    # the kvldp entry point's sys.path: its own directory (the venv's bin), then the
+    # interpreter's path, which `python -P` prints without adding the working directory
+    script = Path(sys.executable).with_name("kvldp")
+    code = "import json, sys; print(json.dumps(sys.path))"
+    run = subprocess.run(
+        [sys.executable, "-P", "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert not wrong, wrong
+    entries = [str(script.parent), *json.loads(run.stdout)]
+    assert not second_names(entries)
+    assert REPO not in [Path(e).resolve() for e in entries]
+
+
+# ------------------------------------------------------------------ layers and circles
+def lint_imports(source: Path) -> subprocess.CompletedProcess[str]:
+    """``lint-imports`` with the repository's contracts on the package under ``source/src``."""
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(REPO / "pyproject.toml")],
+        cwd=source,
+        env={**os.environ, "PYTHONPATH": str(source / "src")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture
+def copy(tmp_path: Path) -> Path:
+    shutil.copytree(PACKAGE, tmp_path / "src" / "kvldp", ignore=shutil.ignore_patterns("__pycache__"))
+    return tmp_path
+
+
+def add_import(copy: Path, module: str, statement: str) -> None:
+    path = copy / "src" / MODULES[module].relative_to(PACKAGE.parent)
+    path.write_text(path.read_text() + f"\n{statement}\n")
+
+
+def test_the_contracts_hold(copy: Path) -> None:
+    run = lint_imports(copy)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "3 kept, 0 broken" in run.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "statement", "contract"),
+    [
+        # the device SDK and the service never import each other
+        ("kvldp.producer.pairs", "from kvldp.aggregator import service", "each layer imports only"),
+        # a lazy import inside a function counts as well
+        (
+            "kvldp.aggregator.dedup",
+            "def _f():\n    import kvldp.producer.collector",
+            "each layer imports only",
+        ),
+        # the pure library imports no kvldp package above it
+        ("kvldp.common.stats", "import kvldp.kafka.client_config", "each layer imports only"),
+        ("kvldp.common.stats", "import aiokafka", "kvldp.common runs on a device"),
+        # a circle inside one package
+        ("kvldp.common.errors", "import kvldp.common.wire", "no import circle"),
+    ],
+)
+def test_each_contract_fails_when_its_rule_is_broken(
+    copy: Path, module: str, statement: str, contract: str
+) -> None:
+    add_import(copy, module, statement)
+    run = lint_imports(copy)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"{contract}" in run.stdout and "BROKEN" in run.stdout.split(contract, 1)[1].splitlines()[0]
+
+
+# ------------------------------------------------------------------ names
+def test_a_file_name_is_used_once() -> None:
+    stems = Counter(p.stem for p in MODULES.values() if p.stem not in {"__init__", "__main__"})
+    packages = {p.parent.name for p in MODULES.values() if p.name == "__init__.py"}
+    repeated = sorted(s for s, count in stems.items() if count > 1)
+    assert not repeated, repeated
+    # a module named like a package: only a command and the package behind it
+    clashes = {s for s in stems if s in packages}
+    assert clashes == COMMAND_AND_PACKAGE, clashes
+    assert all(f"kvldp.cli.{name}" in MODULES for name in clashes)

@@ -17,7 +17,6 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.audit import audit, max_log_ratio
 from kvldp.common.conditional import (
     Condition,
     ConditionalQuery,
@@ -30,9 +29,11 @@ from kvldp.common.mechanisms.base import UnknownEstimator
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.mechanisms.registry import get
 from kvldp.common.params import InvalidParameter
+from kvldp.common.privacy_audit import audit, max_log_ratio
 from kvldp.common.schema import InvalidReport
 from kvldp.common.stats import Stats
-from tests.conditional_support import (
+
+from support.conditional import (
     NAMES,
     ONE_HOT_SUM,
     ROWS,

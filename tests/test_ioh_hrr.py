@@ -10,7 +10,7 @@ import pytest
 from kvldp.common.conditional import ConditionalQuery, InvalidQuery, conditional_truth, parse_query
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.ioh_hrr import IOHHRR, coefficient_set, digit_weights
-from kvldp.producer.datasets import generate
+from kvldp.sim.datasets import generate
 
 
 @pytest.mark.parametrize(("d", "size"), [(2, 16), (3, 37), (4, 67), (8, 277), (10, 436)])

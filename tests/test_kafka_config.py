@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import trustme
 
-from kvldp.aggregator.control import ControlPublisher
+from kvldp.aggregator.control_publisher import ControlPublisher
 from kvldp.aggregator.dlq import dlq_producer
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.statetopic import StateFollower, StateTopic
 from kvldp.aggregator.topics import under_replicated, wanted_topics
 from kvldp.common.collection_file import parse_collection
-from kvldp.common.kafka_config import (
+from kvldp.kafka.client_config import (
     KNOWN_KEYS,
     InvalidKafkaConfig,
     KafkaConfig,
@@ -27,10 +27,10 @@ from kvldp.common.kafka_config import (
     parse_properties,
     resolve_kafka_config,
 )
-from kvldp.common.kafka_start import explain_failure
-from kvldp.kafka_cli import external_kafka, kafka_settings
+from kvldp.kafka.client_start import explain_failure
+from kvldp.kafka.command_line import external_kafka, kafka_settings
 from kvldp.producer.collector import Collector
-from kvldp.producer.recording import replay
+from kvldp.sim.record_replay import replay
 
 SECRET = "pa55-W0rd-never-shown"
 

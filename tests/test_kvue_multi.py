@@ -14,15 +14,15 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.audit import audit
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS
 from kvldp.common.mechanisms.kvue_multi import KVUEMulti, auto_t, frequency_variance_factor
 from kvldp.common.params import InvalidParameter
-from kvldp.predict import predict
-from kvldp.producer.datasets import GENERATORS
+from kvldp.common.privacy_audit import audit
+from kvldp.evaluation.prediction import predict
+from kvldp.sim.datasets import GENERATORS
 
 SUN_EPSILONS = (0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 2.0, 3.0, 4.0, 5.0)
 

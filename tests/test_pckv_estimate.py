@@ -19,7 +19,8 @@ from kvldp.common.em import em_counts
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.pckv import PCKV, PCKVGRR, PCKVUE
 from kvldp.common.stats import Stats
-from tests.pckv_support import MECHS, population
+
+from support.pckv import MECHS, population
 
 
 # ---------------------------------------------------------------------- helpers

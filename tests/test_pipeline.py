@@ -19,14 +19,16 @@ from aiokafka import AIOKafkaProducer
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.kvdata import KVData
-from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
-from kvldp.producer.recording import record, replay
 from kvldp.reliability.processes import Samples
-from tests.pipeline_support import (
+from kvldp.sim import simulate
+from kvldp.sim.record_replay import record, replay
+
+from support import run_kvldp
+from support.pipeline import (
     collection_toml,
     scrape,
     start,
@@ -120,19 +122,6 @@ async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics
         assert second.state.window_stats(now)[name] == stats
 
 
-def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "kvldp", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
-
-
 async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp_path: Path) -> None:
     collection = unique_collection("kvue", 3)
     toml = collection_toml(collection, tmp_path / "c.toml")
@@ -141,7 +130,7 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
     rows += [f"d{i},k{(i + 1) % 3},5" for i in range(299, 300)]
     csv.write_text("\n".join(rows) + "\n")
     done = await asyncio.to_thread(
-        run_cli,
+        run_kvldp,
         "produce",
         "--collection",
         str(toml),
@@ -155,7 +144,7 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
     assert done.returncode == 0, done.stderr
     rec = tmp_path / "csv.rec"
     out = await asyncio.to_thread(
-        run_cli,
+        run_kvldp,
         "record",
         "--collection",
         str(toml),
@@ -167,7 +156,9 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
         env={"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers},
     )
     assert out.returncode == 0, out.stderr
-    folded = await asyncio.to_thread(run_cli, "aggregate", "--collection", str(toml), "--from-file", str(rec))
+    folded = await asyncio.to_thread(
+        run_kvldp, "aggregate", "--collection", str(toml), "--from-file", str(rec)
+    )
     assert folded.returncode == 0, folded.stderr
     payload = json.loads(folded.stdout)
     assert payload["reports_total"] == 300 and payload["rejected"] == {}
@@ -186,7 +177,7 @@ async def test_cli_produce_ratings_file(broker: EmbeddedBroker, tmp_path: Path) 
     rows += [f"u{u}\t{items[(u + half) % 4]}\t{1 + u % 5}\t0" for half in (0, 1) for u in range(120)]
     ratings.write_text("\n".join(rows) + "\n")
     done = await asyncio.to_thread(
-        run_cli,
+        run_kvldp,
         "produce",
         "--collection",
         str(toml),
@@ -222,7 +213,7 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
     for argv, message in cases:
         done = await asyncio.to_thread(
             lambda a=argv: subprocess.run(
-                [sys.executable, "-m", "kvldp", *a],
+                [sys.executable, "-P", "-m", "kvldp", *a],
                 capture_output=True,
                 text=True,
                 timeout=60,
@@ -237,7 +228,7 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
     stop, task = await start(port_owner)
     try:
         busy = await asyncio.to_thread(
-            run_cli,
+            run_kvldp,
             "aggregate",
             "--collection",
             str(toml),
@@ -254,7 +245,7 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
 
 async def test_broker_command_prints_its_address_and_stops_cleanly() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "kvldp", "broker", "--port", "0"],
+        [sys.executable, "-P", "-m", "kvldp", "broker", "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -278,7 +269,7 @@ async def test_demo_runs_to_completion_and_serves_metrics(tmp_path: Path) -> Non
     """The memoized demo fleet over 3 periods: every report folded, and the spent epsilon
     per device shown as the devices and the server count it (the same numbers)."""
     done = await asyncio.to_thread(
-        run_cli,
+        run_kvldp,
         *("demo", "--users", "2000", "--periods", "3", "--rate", "50000", "--metrics-port", "0"),
         timeout=120,
     )

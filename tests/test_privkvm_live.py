@@ -15,21 +15,22 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
-from kvldp.common.control import Control, control_topic
+from kvldp.common.control_record import Control, control_topic
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.wire import WireFormat
-from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
-from kvldp.producer.control import ControlFollower
+from kvldp.producer.control_follower import ControlFollower
 from kvldp.producer.device_state import DeviceState, ReportStatus
-from kvldp.producer.round_fleet import RoundFleet
 from kvldp.reliability.processes import AggregatorProcess, scrape
-from tests.pipeline_support import collection_toml, start, unique_collection, wait_for
-from tests.support import multi_key_population
+from kvldp.sim import simulate
+from kvldp.sim.round_fleet import RoundFleet
+
+from support import multi_key_population
+from support.pipeline import collection_toml, start, unique_collection, wait_for
 
 pytestmark = pytest.mark.asyncio
 

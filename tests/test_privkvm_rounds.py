@@ -14,13 +14,13 @@ import pytest
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.offline import fold_recording
-from kvldp.aggregator.rounds import RoundBook, RoundState
+from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.collection_fields import InvalidCollection
 from kvldp.common.collection_file import parse_collection
-from kvldp.common.control import Control, InvalidControl, decode_control
+from kvldp.common.control_record import Control, InvalidControl, decode_control
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.privkvm import PrivKVM
@@ -29,7 +29,8 @@ from kvldp.common.stats import Stats
 from kvldp.common.wire import WireFormat
 from kvldp.producer.batching import BatchingRefused, check_batching
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState, ReportStatus
-from tests.support import Rec, multi_key_population
+
+from support import Rec, multi_key_population
 
 
 def privkvm_collection(name: str = "pk", privacy: dict[str, Any] | None = None, **params: Any) -> Collection:

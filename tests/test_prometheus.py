@@ -6,20 +6,14 @@ over TLS with basic auth, scraped with the matching Prometheus configuration."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
-import math
 import re
 import shutil
 import ssl
 import subprocess
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -28,28 +22,15 @@ import trustme
 from kvldp import dashboard
 from kvldp.aggregator.exporter import HttpSecurity
 from kvldp.aggregator.service import Aggregator
-from kvldp.broker import EmbeddedBroker, free_port
+from kvldp.broker.tansu import EmbeddedBroker, free_port
 from kvldp.common.collection import Collection
-from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
-from tests.pipeline_support import unique_collection, wait_for
+from kvldp.sim import simulate
+
+from support.pipeline import unique_collection, wait_for
+from support.prometheus import finite, get, promql, start_prometheus
 
 pytestmark = pytest.mark.asyncio
-
-
-def start_prometheus(binary: str, config: Path, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
-    """A real Prometheus on ``config``, its database under ``tmp_path``, on 127.0.0.1:``port``."""
-    return subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 @pytest.fixture(scope="module")
@@ -71,33 +52,6 @@ def tls(tmp_path: Path) -> Iterator[tuple[Path, Path, Path]]:
     cert.cert_chain_pems[0].write_to_path(str(paths[1]))
     cert.private_key_pem.write_to_path(str(paths[2]))
     yield paths
-
-
-def get(
-    url: str, context: ssl.SSLContext | None = None, auth: tuple[str, str] | None = None
-) -> tuple[int, bytes]:
-    request = urllib.request.Request(url)
-    if auth is not None:
-        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
-        request.add_header("Authorization", f"Basic {token}")
-    try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-
-
-def promql(port: int, expr: str) -> list[dict[str, Any]]:
-    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    status, body = get(url)
-    payload = json.loads(body)
-    assert status == 200 and payload["status"] == "success", (expr, payload)
-    result: list[dict[str, Any]] = payload["data"]["result"]
-    return result
-
-
-def finite(series: list[dict[str, Any]]) -> bool:
-    return bool(series) and all(math.isfinite(float(s["value"][1])) for s in series)
 
 
 def dashboard_expressions(collections: str) -> list[str]:

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kvldp.producer.csvsource import InvalidCsv
-from kvldp.producer.datasets import generate
-from kvldp.producer.ratings import is_ratings_file, read_ratings
-from tests.support import random_ratings, run_kvldp
+from kvldp.sim.csvsource import InvalidCsv
+from kvldp.sim.datasets import generate
+from kvldp.sim.ratings import is_ratings_file, read_ratings
+
+from support import random_ratings, run_kvldp
 
 MOVIELENS_STYLE = (
     "userId,movieId,rating,timestamp\n1,10,4.0,9\n1,20,0.5,9\n2,10,5.0,9\n3,30,2.75,9\n3,10,3.0,9\n"

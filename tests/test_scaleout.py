@@ -13,12 +13,13 @@ from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
 from kvldp.aggregator.statetopic import Snapshots, decode, encode
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
-from kvldp.producer import simulate
 from kvldp.producer.collector import Collector
-from tests.pipeline_support import oracle, scrape, start, unique_collection, wait_for
+from kvldp.sim import simulate
+
+from support.pipeline import oracle, scrape, start, unique_collection, wait_for
 
 
 def worker(collection: Collection, bootstrap: str) -> Aggregator:

@@ -3,7 +3,7 @@ plaintext run's statistics; untrusted certificates and refused SASL logins fail 
 one line; the ``broker`` command serves TLS.
 
 SASL logins cannot succeed on the bundled broker (its in-memory storage keeps no SCRAM
-users, see :mod:`kvldp.broker`), so SASL is tested here by its failure path against a real
+users, see :mod:`kvldp.broker.tansu`), so SASL is tested here by its failure path against a real
 ``--authentication`` broker, and by :mod:`tests.test_kafka_config` for the settings that
 reach every client.
 """
@@ -25,16 +25,17 @@ from cryptography.hazmat.primitives import serialization
 from kvldp.aggregator.offline import fold_recording
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
-from kvldp.common.kafka_config import KafkaConfig, kafka_config
-from kvldp.common.kafka_start import KafkaStartError
-from kvldp.producer import simulate
+from kvldp.kafka.client_config import KafkaConfig, kafka_config
+from kvldp.kafka.client_start import KafkaStartError
 from kvldp.producer.collector import Collector
-from kvldp.producer.recording import record
-from tests.conftest import TlsBroker
-from tests.pipeline_support import collection_toml, start, unique_collection, wait_for
-from tests.test_pipeline import run_cli
+from kvldp.sim import simulate
+from kvldp.sim.record_replay import record
+
+from support import run_kvldp
+from support.pipeline import collection_toml, start, unique_collection, wait_for
+from support.tls import TlsBroker
 
 pytestmark = pytest.mark.asyncio
 
@@ -115,7 +116,7 @@ async def test_a_collection_over_tls_equals_the_plaintext_run(
         )
         stop, task = await start(aggregator)
         try:
-            done = await asyncio.to_thread(run_cli, "replay", str(recording), "--kafka-config", str(client))
+            done = await asyncio.to_thread(run_kvldp, "replay", str(recording), "--kafka-config", str(client))
             assert done.returncode == 0, done.stderr
             assert f"replayed {USERS} messages" in done.stderr
             await wait_for(lambda: aggregator.state.reports_total == USERS, 60, "the replayed reports folded")
@@ -145,7 +146,7 @@ async def test_an_untrusted_broker_certificate_is_one_clear_line(
     ]
     for argv in commands:
         began = time.monotonic()
-        done = await asyncio.to_thread(run_cli, *argv, "--kafka-config", str(wrong_ca))
+        done = await asyncio.to_thread(run_kvldp, *argv, "--kafka-config", str(wrong_ca))
         assert time.monotonic() - began < 30, argv
         assert done.returncode == 2, (argv, done.stderr)
         line = one_error(done.stderr)
@@ -185,7 +186,7 @@ async def test_a_refused_sasl_login_is_one_clear_line_never_a_hang(
         ["produce", "--collection", str(toml), "--simulate", "uniform", "--users", "10"],
     ):
         began = time.monotonic()
-        done = await asyncio.to_thread(run_cli, *argv, "--kafka-config", str(client), timeout=30)
+        done = await asyncio.to_thread(run_kvldp, *argv, "--kafka-config", str(client), timeout=30)
         assert time.monotonic() - began < 20, argv
         assert done.returncode == 2, (argv, done.stderr)
         line = one_error(done.stderr)
@@ -198,7 +199,7 @@ async def test_broker_command_serves_tls(tls_broker: TlsBroker, tmp_path: Path) 
     certs = tls_broker.certs
     proc = subprocess.Popen(
         [
-            *(sys.executable, "-m", "kvldp", "broker", "--port", "0"),
+            *(sys.executable, "-P", "-m", "kvldp", "broker", "--port", "0"),
             *("--tls-cert", str(certs.server_cert_pem), "--tls-key", str(certs.server_key_pem)),
         ],
         stdout=subprocess.PIPE,
@@ -227,7 +228,7 @@ async def test_broker_command_serves_tls(tls_broker: TlsBroker, tmp_path: Path) 
         proc.stdout.close()
         proc.stderr.close()
     missing = await asyncio.to_thread(
-        run_cli, "broker", "--port", "0", "--tls-cert", str(certs.server_cert_pem)
+        run_kvldp, "broker", "--port", "0", "--tls-cert", str(certs.server_cert_pem)
     )
     assert missing.returncode == 2 and "needs both a certificate and its private key" in missing.stderr
 
@@ -314,7 +315,7 @@ async def test_demo_runs_on_a_named_cluster_over_tls(tls_broker: TlsBroker, tmp_
         },
     )
     done = await asyncio.to_thread(
-        run_cli,
+        run_kvldp,
         *("demo", "--users", "500", "--periods", "2", "--rate", "50000", "--metrics-port", "0"),
         *("--kafka-config", str(client)),
         timeout=120,

@@ -14,7 +14,8 @@ from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.schema import row
 from kvldp.common.wire import WireFormat
-from tests.support import Rec
+
+from support import Rec
 
 TABLE = {
     "name": "st",

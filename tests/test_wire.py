@@ -12,7 +12,8 @@ from kvldp.common.collection_file import parse_collection
 from kvldp.common.mechanisms import names
 from kvldp.common.schema import row
 from kvldp.common.wire import REASONS, WireFormat
-from tests.support import FAST_PARAMS, population_for
+
+from support import FAST_PARAMS, population_for
 
 
 def collection_for(name: str, d: int = 4):  # type: ignore[no-untyped-def]

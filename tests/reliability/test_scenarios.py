@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kvldp.broker import EmbeddedBroker
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.reliability.scenarios import SCALES, run
 from kvldp.reliability.scenarios.outcome import Outcome
 

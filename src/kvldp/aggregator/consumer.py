@@ -1,0 +1,36 @@
+"""The aggregator's Kafka consumer of a reports topic, and how much one fetch takes.
+
+Every role of :class:`~kvldp.aggregator.service.Aggregator` joins the collection's
+consumer group with these settings: offsets are committed by the aggregator itself (only
+after a checkpoint), a crashed member leaves the group within seconds, and a vanished or
+recreated topic is noticed within seconds. The fetch sizes are shared with the bare
+consumer of ``kvldp bench ingest``, so that the benchmark compares like with like.
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer
+
+from kvldp.common.collection import Collection
+from kvldp.kafka.client_config import KafkaConfig
+
+#: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
+MAX_RECORDS = 20_000
+#: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
+#: fetch; 4 MiB is no faster (``kvldp bench ingest``) and keeps 4x more bytes in flight
+FETCH_BYTES = 1 << 20
+
+
+def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> AIOKafkaConsumer:
+    """A consumer in ``collection``'s group for an aggregator of ``role`` (not yet started
+    or subscribed)."""
+    return AIOKafkaConsumer(
+        **kafka.client_options(f"kvldp-{role}"),
+        group_id=collection.consumer_group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
+        session_timeout_ms=6_000,
+        max_partition_fetch_bytes=FETCH_BYTES,
+        metadata_max_age_ms=5_000,  # notice a vanished or recreated topic within seconds
+    )

@@ -1,0 +1,418 @@
+"""Prometheus metrics and the estimates as JSON, over one small asyncio HTTP server.
+
+Metric names and labels are a contract:
+
+* ``kvldp_reports_total{collection}`` — reports folded (from the live state);
+* ``kvldp_reports_rejected_total{collection,reason}`` (every reason, from 0);
+* ``kvldp_consumer_lag_messages{collection,partition}``;
+* ``kvldp_duplicates_total``, ``kvldp_topic_resets_total``, ``kvldp_privacy_budget_epsilon``
+  (with a budget), ``kvldp_checkpoint_duration_seconds`` (histogram) and
+  ``kvldp_last_checkpoint_timestamp_seconds``;
+* ``kvldp_device_privacy_spent_epsilon{collection}`` (histogram over devices; collections
+  with a ``[privacy]`` table): the epsilon each device has spent, as the server counts it;
+* ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
+* ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
+  collection's units);
+* ``kvldp_conditional_frequency{collection,key,condition,estimator,window}`` and
+  ``kvldp_conditional_mean{...}`` with ``_stderr`` companions: f(key | condition) and
+  m(key | condition), ``condition`` like ``hamburger=1,fries=0``;
+* interactive collections (PrivKVM's rounds): ``kvldp_round{collection}`` (the open
+  round, 1-based; once complete, the rounds run), ``kvldp_rounds_complete{collection}``
+  (0 or 1), ``kvldp_round_reports{collection,round}`` (reports folded per round) and
+  ``kvldp_round_mean{collection,key,round}`` (the means m^(r) published when round r
+  closed, in the collection's units); their estimates use the closed rounds only (round 1
+  while it is the open one), and their devices' spent epsilon sums the rounds' costs;
+* ``kvldp_refit_duration_seconds{collection}`` (histogram),
+  ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``.
+
+Estimates come from a custom collector reading one immutable :class:`Snapshot` that
+the refit task swaps by reference (no stale label sets, no torn reads). Undefined
+estimates (NaN) are not exported, so every series that exists is finite.
+
+The server answers ``GET /metrics`` (Prometheus text format) and ``GET /estimates``
+(the snapshot as JSON). It binds 127.0.0.1 unless told otherwise, and can require TLS
+and HTTP basic auth (:class:`HttpSecurity`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hmac
+import json
+import ssl
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector as PromCollector
+
+from kvldp.aggregator.refit import Snapshot, condition_label, refit
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.collection import Collection
+from kvldp.common.control_record import interactive_mechanism
+from kvldp.common.errors import KvldpError
+from kvldp.common.wire import REASONS
+
+LABELS = ["collection", "key", "estimator", "window"]
+CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
+#: buckets of ``kvldp_device_privacy_spent_epsilon``, in units of the per-report epsilon
+SPENT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class SnapshotCollector(PromCollector):
+    """Exports the latest snapshot, and the counters of the state it came from."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        state: Callable[[], AggregatorState],
+        lag: Callable[[], dict[int, int]] | None = None,
+    ) -> None:
+        self.collection = collection
+        self.state = state
+        self.lag = lag
+        self.snapshot: Snapshot | None = None
+        self.last_checkpoint: float | None = None
+
+    def _counter(self, name: str, doc: str, value: float) -> CounterMetricFamily:
+        family = CounterMetricFamily(name, doc, labels=["collection"])
+        family.add_metric([self.collection.name], value)
+        return family
+
+    def _spent_histogram(self, state: AggregatorState) -> HistogramMetricFamily:
+        """Epsilon each device has spent on the collection, as the server can count it."""
+        spent = state.device_spent()
+        bounds = self.collection.epsilon * np.asarray(SPENT_BUCKETS, dtype=np.float64)
+        if state.rounds is not None:  # what a device has spent after 1, 2, ... c rounds
+            mechanism = interactive_mechanism(self.collection)
+            costs = [mechanism.round_epsilon(r) for r in range(mechanism.rounds)]
+            bounds = np.cumsum(costs) * (1 + 1e-12)
+        cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
+        family = HistogramMetricFamily(
+            "kvldp_device_privacy_spent_epsilon",
+            "Epsilon spent per device on this collection: per-report epsilon x reports sent "
+            "(memoized collections: x distinct reports; interactive ones: the costs of their rounds).",
+            labels=["collection"],
+        )
+        family.add_metric(
+            [self.collection.name],
+            [(f"{b:g}", float(c)) for b, c in zip(bounds, cumulative, strict=True)]
+            + [("+Inf", float(spent.shape[0]))],
+            sum_value=float(spent.sum()),
+        )
+        return family
+
+    def _round_metrics(self, state: AggregatorState) -> Iterator[Metric]:
+        rounds = state.rounds
+        assert rounds is not None
+        name = self.collection.name
+        current = GaugeMetricFamily(
+            "kvldp_round", "The open round (1-based); once complete, the rounds run.", labels=["collection"]
+        )
+        current.add_metric([name], float(rounds.open_round if rounds.complete else rounds.open_round + 1))
+        yield current
+        complete = GaugeMetricFamily(
+            "kvldp_rounds_complete", "1 once the last round closed.", labels=["collection"]
+        )
+        complete.add_metric([name], float(rounds.complete))
+        yield complete
+        per_round = state.all_stats().arrays["counts"].sum(axis=(1, 2))
+        reports = GaugeMetricFamily(
+            "kvldp_round_reports", "Reports folded in each round.", labels=["collection", "round"]
+        )
+        last = rounds.open_round if rounds.complete else rounds.open_round + 1
+        for r in range(last):
+            reports.add_metric([name, str(r + 1)], float(per_round[r]))
+        yield reports
+        means = GaugeMetricFamily(
+            "kvldp_round_mean",
+            "Mean published when the round closed (collection units).",
+            labels=["collection", "key", "round"],
+        )
+        for r, published in enumerate(rounds.published[1:], start=1):
+            for key, value in zip(self.collection.keys, self.collection.raw_mean(published), strict=True):
+                means.add_metric([name, key, str(r)], float(value))
+        yield means
+
+    def collect(self) -> Iterator[Metric]:
+        name = self.collection.name
+        state = self.state()
+        yield self._counter(
+            "kvldp_reports", "Reports folded into the statistics.", float(state.reports_total)
+        )
+        yield self._counter(
+            "kvldp_duplicates", "Reports dropped as duplicates of a report id.", float(state.duplicates_total)
+        )
+        yield self._counter(
+            "kvldp_topic_resets",
+            "Input partitions found reset (a new epoch began).",
+            float(state.resets_total),
+        )
+        rejected = CounterMetricFamily(
+            "kvldp_reports_rejected",
+            "Messages sent to the dead-letter topic, by reason.",
+            labels=["collection", "reason"],
+        )
+        counts = state.rejected_totals()
+        # every reason from the start, at 0: rate() panels need a series before the first reject
+        for reason in sorted(set(REASONS) | set(counts)):
+            rejected.add_metric([name, reason], float(counts.get(reason, 0)))
+        yield rejected
+        lag = GaugeMetricFamily(
+            "kvldp_consumer_lag_messages",
+            "Records in the reports topic not yet folded (high watermark - next offset).",
+            labels=["collection", "partition"],
+        )
+        for partition, behind in sorted((self.lag() if self.lag is not None else state.lag()).items()):
+            lag.add_metric([name, str(partition)], float(behind))
+        yield lag
+        limit = self.collection.aggregate.max_reports_per_device
+        if limit:
+            budget = GaugeMetricFamily(
+                "kvldp_privacy_budget_epsilon",
+                "Total epsilon one device can spend per budget window (epsilon x max_reports_per_device).",
+                labels=["collection"],
+            )
+            budget.add_metric([name], self.collection.epsilon * limit)
+            yield budget
+        if state.tracks_devices or state.rounds is not None:
+            yield self._spent_histogram(state)
+        if state.rounds is not None:
+            yield from self._round_metrics(state)
+        if self.last_checkpoint is not None:
+            last = GaugeMetricFamily(
+                "kvldp_last_checkpoint_timestamp_seconds",
+                "Unix time of the last completed checkpoint.",
+                labels=["collection"],
+            )
+            last.add_metric([name], self.last_checkpoint)
+            yield last
+        snap = self.snapshot
+        if snap is None:
+            return
+        families = {
+            key: GaugeMetricFamily(f"kvldp_{key}", doc, labels=LABELS)
+            for key, doc in (
+                ("frequency", "Estimated fraction of devices holding the key."),
+                ("frequency_stderr", "Standard error of kvldp_frequency."),
+                ("mean", "Estimated mean value of the key among its holders (collection units)."),
+                ("mean_stderr", "Standard error of kvldp_mean."),
+            )
+        }
+        conditional = {
+            key: GaugeMetricFamily(f"kvldp_conditional_{key}", doc, labels=CONDITIONAL_LABELS)
+            for key, doc in (
+                ("frequency", "Estimated fraction of the devices meeting the condition that hold the key."),
+                ("frequency_stderr", "Standard error of kvldp_conditional_frequency."),
+                (
+                    "mean",
+                    "Estimated mean of the key among the devices meeting the condition (collection units).",
+                ),
+                ("mean_stderr", "Standard error of kvldp_conditional_mean."),
+            )
+        }
+        iterations = GaugeMetricFamily(
+            "kvldp_em_iterations", "EM iterations of the last refit.", labels=["collection", "window"]
+        )
+        c = self.collection
+        for window, fit in snap.fits.items():
+            for est, e in fit.estimates.items():
+                columns = {
+                    "frequency": e.frequency,
+                    "frequency_stderr": e.frequency_stderr,
+                    "mean": c.raw_mean(e.mean),
+                    "mean_stderr": c.raw_scale(e.mean_stderr),
+                }
+                for key, values in columns.items():
+                    for k, v in zip(c.keys, values, strict=True):
+                        if np.isfinite(v):
+                            families[key].add_metric([name, k, est, window], float(v))
+            for est, answers in fit.conditionals.items():
+                for a in answers:
+                    labels = [name, c.keys[a.query.target], condition_label(a.query, c.keys), est, window]
+                    mean = c.raw_mean(np.array([a.mean]))[0]
+                    mean_se = c.raw_scale(np.array([a.mean_stderr]))[0]
+                    for key, value in (
+                        ("frequency", a.frequency),
+                        ("frequency_stderr", a.frequency_stderr),
+                        ("mean", mean),
+                        ("mean_stderr", mean_se),
+                    ):
+                        if np.isfinite(value):
+                            conditional[key].add_metric(labels, float(value))
+            its = snap.em_iterations(window)
+            if its is not None:
+                iterations.add_metric([name, window], float(its))
+        yield from families.values()
+        yield from conditional.values()
+        yield iterations
+        last = GaugeMetricFamily(
+            "kvldp_last_refit_timestamp_seconds", "Unix time of the last refit.", labels=["collection"]
+        )
+        last.add_metric([name], snap.created)
+        yield last
+
+
+@dataclass(frozen=True)
+class HttpSecurity:
+    """Optional TLS and HTTP basic auth for the metrics endpoint (both off by default)."""
+
+    certfile: str | None = None
+    keyfile: str | None = None
+    username: str | None = None
+    password: str | None = None
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        if self.certfile is None:
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(self.certfile, self.keyfile)
+        return context
+
+    def authorised(self, header: str | None) -> bool:
+        if self.username is None:
+            return True
+        if header is None or not header.startswith("Basic "):
+            return False
+        try:
+            given = base64.b64decode(header[6:].strip(), validate=True)
+        except (ValueError, binascii.Error):
+            return False
+        expected = f"{self.username}:{self.password}".encode()
+        return hmac.compare_digest(given, expected)
+
+
+def load_basic_auth(path: str) -> tuple[str, str]:
+    """``user:password`` on the first line of a file (keeps the password off the command line)."""
+    try:
+        line = Path(path).read_text(encoding="utf-8").splitlines()[0].strip()
+    except (OSError, IndexError):
+        raise KvldpError(f"basic-auth file {path!r} cannot be read or is empty") from None
+    user, sep, password = line.partition(":")
+    if not sep or not user or not password:
+        raise KvldpError(f"basic-auth file {path!r} must hold one line user:password")
+    return user, password
+
+
+class Exporter:
+    """The registry, the refit-duration histogram and the HTTP server of one aggregator."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        state: Callable[[], AggregatorState],
+        lag: Callable[[], dict[int, int]] | None = None,
+    ) -> None:
+        self.registry = CollectorRegistry()
+        self.collector = SnapshotCollector(collection, state, lag)
+        self.registry.register(self.collector)
+        self.refit_duration = Histogram(
+            "kvldp_refit_duration_seconds",
+            "Seconds spent refitting all windows and estimators.",
+            ["collection"],
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+        )
+        self.checkpoint_duration = Histogram(
+            "kvldp_checkpoint_duration_seconds",
+            "Seconds to write one checkpoint (file or state topic).",
+            ["collection"],
+            registry=self.registry,
+            buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.collection = collection
+        self.queries = collection.conditional_queries()
+        self.security = HttpSecurity()
+        self._server: asyncio.base_events.Server | None = None
+
+    async def refresh(self, state: AggregatorState) -> None:
+        """Refit every window of ``state`` and publish the result. Buckets are compacted
+        and the windows summed on the event loop (no fold can interleave); the estimation
+        itself runs in a thread so the consumer keeps polling."""
+        now_ms = int(time.time() * 1000)
+        state.compact(now_ms)
+        windows = state.window_stats(now_ms)
+        if state.rounds is not None:  # estimates after the latest closed round
+            mechanism = interactive_mechanism(self.collection)
+            through = max(1, state.rounds.closed)
+            windows = {w: mechanism.through_round(stats, through) for w, stats in windows.items()}
+        self.publish(await asyncio.to_thread(refit, self.collection, windows, self.snapshot, self.queries))
+
+    def publish(self, snapshot: Snapshot) -> None:
+        """Swap in a new snapshot (atomic: one reference assignment)."""
+        self.collector.snapshot = snapshot
+        self.refit_duration.labels(self.collection.name).observe(snapshot.duration)
+
+    def checkpointed(self, seconds: float) -> None:
+        self.checkpoint_duration.labels(self.collection.name).observe(seconds)
+        self.collector.last_checkpoint = time.time()
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        return self.collector.snapshot
+
+    async def serve(self, host: str, port: int, security: HttpSecurity | None = None) -> int:
+        """Start listening (TLS and basic auth if ``security`` says so); returns the bound port."""
+        self.security = security or HttpSecurity()
+        self._server = await asyncio.start_server(self._handle, host, port, ssl=self.security.ssl_context())
+        sock = self._server.sockets[0]
+        return int(sock.getsockname()[1])
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+
+    def _body(self, path: str) -> tuple[str, str, bytes]:
+        if path == "/metrics":
+            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        if path == "/estimates":
+            snap = self.snapshot
+            payload = (
+                snap.to_json() if snap is not None else {"collection": self.collection.name, "windows": {}}
+            )
+            return "200 OK", "application/json", json.dumps(payload).encode()
+        if path == "/":
+            return "200 OK", "text/plain; charset=utf-8", b"kvldp aggregator: /metrics, /estimates\n"
+        return "404 Not Found", "text/plain; charset=utf-8", b"not found\n"
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), timeout=10)
+            headers: dict[str, str] = {}
+            while True:
+                line = await asyncio.wait_for(reader.readline(), timeout=10)
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                key, _, value = line.decode("latin-1").partition(":")
+                headers[key.strip().lower()] = value.strip()
+            parts = request.decode("latin-1").split()
+            extra = ""
+            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
+                status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
+            elif not self.security.authorised(headers.get("authorization")):
+                status, ctype, body = "401 Unauthorized", "text/plain", b"authentication required\n"
+                extra = 'WWW-Authenticate: Basic realm="kvldp"\r\n'
+            else:
+                status, ctype, body = self._body(parts[1].split("?", 1)[0])
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
+                "Connection: close\r\n\r\n"
+            ).encode()
+            writer.write(head + (body if parts and parts[0] == "GET" else b""))
+            await writer.drain()
+        except (TimeoutError, ConnectionError, UnicodeDecodeError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()

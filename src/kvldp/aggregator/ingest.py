@@ -1,0 +1,262 @@
+"""From fetched records to a fold: decode, validate, de-duplicate, budget, bucket.
+
+The consumer calls :func:`plan` for each partition's fetched records, writes the
+plan's rejected records to the dead-letter topic, and only once every in-sync replica
+holds those writes (``acks=all``) applies the plan to the state (:meth:`Plan.apply`); :func:`plan` itself
+mutates nothing. A record is never folded twice: records below the partition's
+``next_offset`` are dropped here. Everything per report is columnar numpy; the only
+Python loops are over messages.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvldp.aggregator.dedup import Probe
+from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
+from kvldp.aggregator.round_state import RoundBook, RoundState
+from kvldp.aggregator.state import AggregatorState
+from kvldp.common.primitives import IntArray
+from kvldp.common.schema import ReportBatch
+from kvldp.common.wire import Decoded, WireFormat
+
+
+class Record(Protocol):
+    """What a fetched Kafka record (or a recorded one) offers."""
+
+    @property
+    def offset(self) -> int: ...
+
+    @property
+    def timestamp(self) -> int: ...
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+def record_digest(record: Record) -> bytes:
+    """Fingerprint of a record (key, value, timestamp): tells a reset topic from ours."""
+    h = hashlib.sha256()
+    for part in (record.key or b"", record.value or b"", str(record.timestamp).encode()):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.digest()[:16]
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """A record that goes to the dead-letter topic, with its reason."""
+
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The effect of one fetch of one partition, ready to apply."""
+
+    partition: int
+    #: the partition's next offset the plan was made from
+    start: int
+    reports: ReportBatch
+    buckets: IntArray | None
+    next_offset: int
+    rejected: list[Rejected]
+    duplicates: int
+    #: the report ids to record, in order (every id-tagged report of the fetch)
+    tagged: NDArray[np.uint64]
+    #: what checking ``tagged`` for duplicates learnt, reused by the insert
+    probe: Probe | None
+    ledger: Ledger
+    last_digest: bytes
+    #: keyed hash of each report's device (collections that keep a device book)
+    devices: NDArray[np.uint64] | None = None
+    #: interactive collections: the partition's round book after the fetch, and the open
+    #: round the plan was made in
+    round_book: RoundBook | None = None
+    round_index: int = -1
+    round_complete: bool = False
+
+    @property
+    def n_reports(self) -> int:
+        return next(iter(self.reports.values())).shape[0] if self.reports else 0
+
+    def apply(self, state: AggregatorState) -> None:
+        target = state.partition(self.partition)
+        if target.next_offset != self.start:
+            raise RuntimeError(f"plan for offset {self.start} applied at {target.next_offset}")
+        reports, buckets = self.reports, self.buckets
+        if self.devices is not None:
+            memoize = state.collection.privacy.memoize
+            change = target.book.record(self.devices, reports, buckets, memoize)
+            if change is not None:  # memoized: each device counts once, at its latest report
+                state.retract(self.partition, change)
+                target.folded += int(np.sum(~change.keep))
+                reports = {k: v[change.keep] for k, v in reports.items()}
+                buckets = None if buckets is None else buckets[change.keep]
+        if self.round_book is not None and state.rounds is not None:
+            if (state.rounds.open_round, state.rounds.complete) != (self.round_index, self.round_complete):
+                raise RuntimeError(f"plan for round {self.round_index} applied in another round")
+            target.round_book = self.round_book
+            state.rounds.open_reports += self.n_reports
+        state.fold_reports(self.partition, reports, buckets)
+        target.next_offset = self.next_offset
+        target.rejected.update(Counter(r.reason for r in self.rejected))
+        target.duplicates += self.duplicates
+        target.recent.insert(self.tagged, self.probe)
+        target.ledger = self.ledger
+        target.last_digest = self.last_digest
+
+
+_timestamp = attrgetter("timestamp")
+_value = attrgetter("value")
+
+
+def _from_offset(records: Sequence[Record], offset: int) -> Sequence[Record]:
+    """The records at or after ``offset`` (a fetch is in offset order)."""
+    if not records or records[0].offset >= offset:
+        return records
+    low, high = 0, len(records)
+    while low < high:
+        mid = (low + high) // 2
+        if records[mid].offset < offset:
+            low = mid + 1
+        else:
+            high = mid
+    return records[low:]
+
+
+def plan(
+    state: AggregatorState,
+    wire: WireFormat,
+    partition: int,
+    records: Sequence[Record],
+    ledger_key: bytes = b"",
+) -> Plan | None:
+    """Decode the records at or after the partition's next offset; None if there are none."""
+    current = state.partition(partition)
+    fresh = _from_offset(records, current.next_offset)
+    if not fresh:
+        return None
+    config = state.collection.aggregate
+    timestamps = np.fromiter(map(_timestamp, fresh), dtype=np.int64, count=len(fresh))
+    decoded = wire.decode(list(map(_value, fresh)), timestamps)
+    rejected = [
+        Rejected(fresh[i].offset, fresh[i].key, fresh[i].value, reason, detail)
+        for i, reason, detail in decoded.rejected
+    ]
+    keep = np.ones(decoded.rids.shape[0], dtype=bool)
+    tagged = decoded.rids[decoded.rids != 0] if config.dedup_horizon > 0 else decoded.rids[:0]
+    probe = current.recent.duplicates(tagged) if tagged.size else None
+    if probe is not None:
+        keep[decoded.rids != 0] = ~probe.duplicates
+    duplicates = int(np.sum(~keep))
+    rounds = state.rounds
+    if (state.collection.privacy.memoize or rounds is not None) and decoded.message.size:
+        _reject_batches(decoded.message, keep, fresh, rejected)
+    ledger = current.ledger
+    hashes = None  # keyed hash of each record's device, for the ledgers and the device book
+    if (config.max_reports_per_device or state.tracks_devices or rounds is not None) and decoded.message.size:
+        hashes = device_hashes(ledger_key, [r.key for r in fresh])
+    round_book = None
+    if rounds is not None:
+        round_book = current.round_book
+        if hashes is not None:
+            round_book = _charge_rounds(decoded, keep, fresh, rejected, hashes, current.round_book, rounds)
+    if config.max_reports_per_device and hashes is not None:
+        messages, counts = np.unique(decoded.message[keep], return_counts=True)
+        if messages.size:
+            ledger = ledger.copy()
+            outcome = ledger.charge(
+                timestamps[messages] // (config.budget_window_s * 1000),
+                hashes[messages],
+                counts.astype(np.int64),
+                config.max_reports_per_device,
+            )
+            limit = config.max_reports_per_device
+            for m, code in zip(messages[outcome != ADMITTED], outcome[outcome != ADMITTED], strict=True):
+                r = fresh[int(m)]
+                detail = (
+                    f"device over {limit} reports per budget window"
+                    if code == OVER_BUDGET
+                    else "record timestamp in a budget window that is already closed"
+                )
+                rejected.append(Rejected(r.offset, r.key, r.value, "budget_exceeded", detail))
+            keep &= ~np.isin(decoded.message, messages[outcome != ADMITTED])
+    rejected.sort(key=lambda r: r.offset)
+    reports = {k: v[keep] for k, v in decoded.reports.items()}
+    buckets = state.buckets_of(timestamps[decoded.message[keep]])
+    devices = hashes[decoded.message[keep]] if state.tracks_devices and hashes is not None else None
+    return Plan(
+        partition,
+        current.next_offset,
+        reports,
+        buckets,
+        fresh[-1].offset + 1,
+        rejected,
+        duplicates,
+        tagged,
+        probe,
+        ledger,
+        record_digest(fresh[-1]),
+        devices,
+        round_book,
+        -1 if rounds is None else rounds.open_round,
+        rounds is not None and rounds.complete,
+    )
+
+
+def _reject_batches(
+    message: IntArray, keep: NDArray[np.bool_], fresh: Sequence[Record], rejected: list[Rejected]
+) -> None:
+    """Memoized and interactive collections count each device by its record key (once, or
+    once per round): a message carrying several reports (a gateway batch) cannot say
+    whose each one is, so it is refused."""
+    messages, counts = np.unique(message, return_counts=True)
+    for m in messages[counts > 1]:
+        r = fresh[int(m)]
+        detail = "this collection takes one report per message (the record key names the device)"
+        rejected.append(Rejected(r.offset, r.key, r.value, "invalid_report", detail))
+    keep &= ~np.isin(message, messages[counts > 1])
+
+
+def _charge_rounds(
+    decoded: Decoded,
+    keep: NDArray[np.bool_],
+    fresh: Sequence[Record],
+    rejected: list[Rejected],
+    hashes: NDArray[np.uint64],
+    book: RoundBook,
+    rounds: RoundState,
+) -> RoundBook:
+    """Interactive collections: refuse reports of another round or other means, then a
+    device's second report in the open round; returns the round book with the rest."""
+    bad, reasons, details = rounds.gate(decoded.reports)
+    for row in np.flatnonzero(bad & keep):
+        r = fresh[int(decoded.message[row])]
+        rejected.append(Rejected(r.offset, r.key, r.value, str(reasons[row]), str(details[row])))
+    keep &= ~bad
+    rows = np.flatnonzero(keep)
+    if not rows.size:
+        return book
+    book, admitted = book.charge(hashes[decoded.message[rows]], rounds.open_round)
+    for row in rows[~admitted]:
+        r = fresh[int(decoded.message[row])]
+        detail = f"device already reported in round {rounds.open_round + 1}"
+        rejected.append(Rejected(r.offset, r.key, r.value, "budget_exceeded", detail))
+    keep[rows[~admitted]] = False
+    return book

@@ -1,0 +1,108 @@
+"""``kvldp aggregate --role exporter``: merge the workers' snapshots, refit, serve metrics.
+
+The exporter never joins the consumer group and never reads reports. It follows the
+compacted state topic from the beginning, keeps the current snapshot of every input
+partition (see :mod:`kvldp.aggregator.statetopic` for which one is current), and on the refit
+timer replaces the changed partitions of its merged state and refits. Every partition's
+snapshot is self-consistent, so the merged statistics are always a union of whole
+prefixes of the input partitions: never a report twice, never half a fetch.
+
+Its ``kvldp_last_checkpoint_timestamp_seconds`` is the time of the newest snapshot it
+holds (how fresh the exported state is), and its consumer lag is the workers' lag as of
+their snapshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+
+from kvldp.aggregator.console import stderr_line
+from kvldp.aggregator.exporter import Exporter, HttpSecurity
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch
+from kvldp.aggregator.statetopic import StateFollower, decode
+from kvldp.aggregator.topics import ensure_topics
+from kvldp.common.collection import Collection
+from kvldp.common.control_record import is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
+
+
+class MergedExporter:
+    """Serves one collection's estimates from its workers' snapshots."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        kafka: KafkaConfig | str,
+        metrics_host: str = "127.0.0.1",
+        metrics_port: int = 9108,
+        refit_interval: float | None = None,
+        log: Callable[[str], None] = stderr_line,
+        security: HttpSecurity | None = None,
+    ) -> None:
+        if is_interactive(collection):
+            raise KvldpError(
+                f"collection {collection.name} is interactive ({collection.mechanism_name}): one aggregator "
+                "decides its rounds, so it runs with --role all"
+            )
+        self.collection = collection
+        self.kafka = as_kafka_config(kafka)
+        self.metrics_host = metrics_host
+        self.metrics_port = metrics_port
+        self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
+        self.log = log
+        self.security = security
+        self.state = AggregatorState(collection)
+        self.exporter = Exporter(collection, lambda: self.state)
+        self.follower = StateFollower(collection, self.kafka)
+        self.bound_port: int | None = None
+        self._refused: set[tuple[int, tuple[int, int]]] = set()
+
+    async def run(self, stop: asyncio.Event, ready: Callable[[MergedExporter], None] | None = None) -> None:
+        """Run until ``stop`` is set."""
+        await ensure_topics(self.kafka, self.collection, state=True, log=self.log)
+        self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
+        follower = self.follower
+        try:
+            await follower.start()
+            follow = asyncio.create_task(follower.follow(), name="follow")
+            await follower.caught_up(timeout=30.0)
+            await self.refresh()
+            if ready is not None:
+                ready(self)
+            timer = asyncio.create_task(self._every(self.refit_interval), name="refit")
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait([follow, timer, waiter], return_when=asyncio.FIRST_COMPLETED)
+            for task in (follow, timer, waiter):
+                task.cancel()
+            for task in (follow, timer):
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        finally:
+            await follower.stop()
+            await self.exporter.close()
+
+    async def _every(self, seconds: float) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            await self.refresh()
+
+    async def refresh(self) -> None:
+        """Load the changed snapshots into the merged state, then refit."""
+        changed, self.follower.changed = self.follower.changed, set()
+        for p in sorted(changed):
+            entry = self.follower.snapshots[p]
+            try:
+                self.state.partitions[p] = decode(self.collection, p, entry.value)
+            except CheckpointMismatch as exc:
+                if (p, entry.rank) not in self._refused:  # say it once per snapshot
+                    self._refused.add((p, entry.rank))
+                    self.log(
+                        f"ignoring the snapshot of partition {p} in {self.collection.state_topic}: {exc}"
+                    )
+        if self.follower.snapshots:
+            newest = max(e.timestamp_ms for e in self.follower.snapshots.values())
+            self.exporter.collector.last_checkpoint = newest / 1000
+        await self.exporter.refresh(self.state)

@@ -1,0 +1,422 @@
+"""The aggregator service: consume, validate, fold, dead-letter, checkpoint, refit, export.
+
+One asyncio process per collection and role:
+
+* ``all`` (default) — consumes every partition, checkpoints to ``--state-dir``, refits
+  and serves the estimates;
+* ``worker`` — joins the consumer group, folds the partitions Kafka assigns it and
+  publishes their snapshots to the state topic (see :mod:`kvldp.aggregator.statetopic`);
+  refits and estimates are the exporter's job.
+
+The consume loop only decodes and folds (numpy); refits run in a worker thread on a
+timer so the consumer never misses its poll interval (aiokafka #848), and checkpoints
+are written on a timer and at every revocation and shutdown. A malformed message goes,
+with its original bytes and a reason, to the dead-letter topic, and the partition only
+moves past it once every in-sync replica holds that write (``acks=all``).
+
+Topic resets. Every checkpoint fingerprints the record just before the next offset. When a
+partition is assigned, that record is read again; if it differs, or the partition
+ends below the next offset, the topic was reset (an in-memory broker restarted, a topic
+was recreated). The aggregator then keeps its statistics, starts a new epoch at offset 0
+of the partition, counts ``kvldp_topic_resets_total`` and says so: nothing is lost that
+was ever folded, and nothing new is skipped.
+
+Around this module: the consumer's settings are :mod:`kvldp.aggregator.consumer`, the
+dead-letter writer :mod:`kvldp.aggregator.dlq`, the budget ledger's secret
+:mod:`kvldp.aggregator.ledgerkey`; what a fetch folds is planned by
+:mod:`kvldp.aggregator.ingest`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, KafkaError
+
+from kvldp.aggregator.console import stderr_line
+from kvldp.aggregator.consumer import MAX_RECORDS, reports_consumer
+from kvldp.aggregator.control_publisher import ControlPublisher
+from kvldp.aggregator.dlq import dead_letter, dlq_producer
+from kvldp.aggregator.exporter import Exporter, HttpSecurity
+from kvldp.aggregator.heap_trim import release_free_memory
+from kvldp.aggregator.ingest import plan, record_digest
+from kvldp.aggregator.ledgerkey import ledger_key
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
+from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
+from kvldp.aggregator.topics import ensure_topics
+from kvldp.common.collection import Collection
+from kvldp.common.control_record import is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.wire import WireFormat
+from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
+from kvldp.kafka.client_start import start_or_close
+
+ROLES = ("all", "worker")
+
+
+class Aggregator:
+    """Consumes one collection's reports topic (all partitions, or a worker's share)."""
+
+    def __init__(
+        self,
+        collection: Collection,
+        kafka: KafkaConfig | str,
+        metrics_host: str = "127.0.0.1",
+        metrics_port: int = 9108,
+        state_dir: str | Path | None = None,
+        refit_interval: float | None = None,
+        checkpoint_interval: float = 1.0,
+        log: Callable[[str], None] = stderr_line,
+        security: HttpSecurity | None = None,
+        role: str = "all",
+    ) -> None:
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}")
+        if role != "all" and is_interactive(collection):
+            raise KvldpError(
+                f"collection {collection.name} is interactive ({collection.mechanism_name}): one aggregator "
+                "decides its rounds, so it runs with --role all"
+            )
+        self.collection = collection
+        #: where and how to connect; every client of this aggregator uses these settings
+        self.kafka = as_kafka_config(kafka)
+        self.metrics_host = metrics_host
+        self.metrics_port = metrics_port
+        self.role = role
+        self.store = (
+            CheckpointStore(state_dir, collection) if state_dir is not None and role == "all" else None
+        )
+        self.ledger_key = ledger_key(collection, state_dir, role)
+        self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
+        self.checkpoint_interval = checkpoint_interval
+        self.log = log
+        self.security = security
+        self.wire = WireFormat(collection)
+        self.state = AggregatorState(collection)
+        self.exporter = Exporter(collection, lambda: self.state, self.lag)
+        self.bound_port: int | None = None
+        self.snapshots: StateTopic | None = None
+        self.follower: StateFollower | None = None
+        self._dirty: set[int] = set()
+        self._verify: set[int] = set()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._dlq: AIOKafkaProducer | None = None
+        self._save_lock = asyncio.Lock()
+        self._fatal: Exception | None = None
+        self._partition_warnings: set[int] = set()
+        self.control = ControlPublisher(collection, self.kafka) if is_interactive(collection) else None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
+        """Run until ``stop`` is set; leaves a final checkpoint."""
+        if self.store is not None:
+            loaded = self.store.load()
+            if loaded is not None:
+                self.state = loaded
+                self.log(f"resumed from {self.store.path}: {self.state.reports_total} reports folded")
+        elif self.role == "all":
+            self.log("no --state-dir: state is kept in memory only and is lost when the aggregator stops")
+        await ensure_topics(self.kafka, self.collection, state=self.role == "worker", log=self.log)
+        self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
+        self._dlq = dlq_producer(self.kafka)
+        self._consumer = reports_consumer(self.kafka, self.collection, self.role)
+        if self.role == "worker":
+            self.snapshots = StateTopic(self.collection, self.kafka)
+            self.follower = StateFollower(self.collection, self.kafka)
+        tasks: list[asyncio.Task[None]] = []
+        try:
+            await start_or_close(self._dlq, self.kafka)
+            if self.control is not None and self.state.rounds is not None:
+                await self.control.start()
+                await self.control.announce(self.state.rounds)
+                self.log(f"{self.control.topic}: {self.state.rounds.control().describe()}")
+            if self.snapshots is not None and self.follower is not None:
+                await self.snapshots.start()
+                await self.follower.start()
+                tasks.append(asyncio.create_task(self.follower.follow(), name="follow"))
+            await start_or_close(self._consumer, self.kafka)
+            self._consumer.subscribe([self.collection.reports_topic], listener=_Rebalance(self))
+            tasks += [
+                asyncio.create_task(self._consume(), name="consume"),
+                asyncio.create_task(
+                    self._every(self.checkpoint_interval, self.checkpoint), name="checkpoint"
+                ),
+                asyncio.create_task(self._every(self.refit_interval, self._housekeeping), name="refit"),
+            ]
+            await self._housekeeping()
+            if ready is not None:
+                ready(self)
+            waiter = asyncio.create_task(stop.wait())
+            await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            if failed:
+                raise failed[0].exception()  # type: ignore[misc]
+            self._dirty |= set(self.state.partitions)
+            await self.checkpoint()
+        finally:
+            if self._consumer is not None:
+                await self._consumer.stop()
+            for task in tasks:
+                task.cancel()
+            if self.follower is not None:
+                await self.follower.stop()
+            if self.snapshots is not None:
+                await self.snapshots.stop()
+            if self._dlq is not None:
+                await self._dlq.stop()
+            if self.control is not None:
+                await self.control.stop()
+            await self.exporter.close()
+
+    async def _every(self, seconds: float, job: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            result = job()
+            if asyncio.iscoroutine(result):
+                await result
+
+    # ------------------------------------------------------------------ consuming
+    async def _consume(self) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        while True:
+            fetched = await consumer.getmany(timeout_ms=200, max_records=MAX_RECORDS)
+            if self._fatal is not None:
+                raise self._fatal
+            for tp, records in fetched.items():
+                if not records or tp not in consumer.assignment():
+                    continue
+                state = self.state.partition(tp.partition)
+                if tp.partition in self._verify:
+                    expected = state.next_offset - 1
+                    if records[0].offset < expected:
+                        consumer.seek(tp, expected)
+                        continue
+                    self._verify.discard(tp.partition)
+                    if records[0].offset == expected:
+                        if record_digest(records[0]) != state.last_digest:
+                            await self._reset(tp, "the record before the checkpoint's next offset changed")
+                            continue
+                        records = records[1:]
+                if not records:
+                    continue
+                if records[0].offset > state.next_offset:
+                    # fetched past our state (e.g. from a committed offset): rewind, never skip
+                    consumer.seek(tp, state.next_offset)
+                    continue
+                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key)
+                if work is None:
+                    continue
+                if work.rejected:
+                    assert self._dlq is not None
+                    await dead_letter(self._dlq, self.collection.dlq_topic, tp, work.rejected)
+                    if (
+                        self.state.partitions.get(tp.partition) is not state
+                        or state.next_offset != work.start
+                    ):
+                        continue  # revoked or reset while the dead letters were written: stale plan
+                work.apply(self.state)
+                state.highwater = consumer.highwater(tp) or state.highwater
+                self._dirty.add(tp.partition)
+            await self._close_round()
+
+    async def _close_round(self) -> None:
+        """Close the open round if its policy says so: fold nothing more (this runs in the
+        consume loop, between fetches), compute the next means, checkpoint, then publish
+        the control record (see :mod:`kvldp.aggregator.round_state` for why in this order)."""
+        rounds, control = self.state.rounds, self.control
+        now_ms = int(time.time() * 1000)
+        if rounds is None or control is None or not rounds.due(now_ms):
+            return
+        rounds.close(self.state.all_stats().arrays["counts"], now_ms)
+        self._dirty |= set(self.state.partitions)
+        await self.checkpoint()
+        await control.publish(rounds.control())
+        self.log(f"round {rounds.closed} closed; {control.topic}: {rounds.control().describe()}")
+
+    async def _reset(self, tp: TopicPartition, why: str) -> None:
+        """Start a new epoch of a reset partition at its offset 0, keeping the statistics."""
+        state = self.state.partition(tp.partition)
+        self.log(
+            f"partition {tp.partition} of {tp.topic} was reset ({why}); keeping the {state.reports} reports "
+            f"folded so far and reading the partition again from offset 0"
+        )
+        state.next_offset = 0
+        state.last_digest = b""
+        state.resets += 1
+        self._verify.discard(tp.partition)
+        self._dirty.add(tp.partition)
+        await ensure_topics(self.kafka, self.collection, state=self.role == "worker")
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.seek(tp, 0)
+
+    async def _check_topics(self) -> None:
+        """An in-memory broker that restarted (or an operator) may have dropped our topics:
+        create them again so devices and the consumer group resume by themselves. A
+        broker may also have auto-created the reports topic with its own partition count:
+        every partition is folded anyway, but say so (devices then map to other partitions,
+        so their de-duplication and budget history starts afresh)."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        partitions = consumer.partitions_for_topic(self.collection.reports_topic)
+        if not partitions:
+            created = await ensure_topics(self.kafka, self.collection, state=self.role == "worker")
+            if created:
+                self.log(
+                    f"topics {', '.join(created)} were missing (broker restarted or topics deleted): created them"
+                )
+            return
+        wanted = self.collection.aggregate.partitions
+        if len(partitions) != wanted and len(partitions) not in self._partition_warnings:
+            self._partition_warnings.add(len(partitions))
+            self.log(
+                f"{self.collection.reports_topic} has {len(partitions)} partitions, the collection says {wanted} "
+                "(auto-created by the broker? disable auto.create.topics.enable); folding all of them"
+            )
+
+    async def _check_resets(self) -> None:
+        """A partition that ends below our next offset was reset."""
+        consumer = self._consumer
+        if consumer is None:
+            return
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            state = self.state.partition(tp.partition)
+            if highwater is not None:
+                state.highwater = highwater
+                if highwater < state.next_offset:
+                    await self._reset(tp, f"it now ends at offset {highwater}, below {state.next_offset}")
+
+    def lag(self) -> dict[int, int]:
+        """Records not yet folded per assigned partition (from the fetch high watermark)."""
+        consumer = self._consumer
+        if consumer is None:
+            return {}
+        out = {}
+        for tp in consumer.assignment():
+            highwater = consumer.highwater(tp)
+            if highwater is not None:
+                out[tp.partition] = max(0, highwater - self.state.partition(tp.partition).next_offset)
+        return out
+
+    # ------------------------------------------------------------------ checkpoints and refits
+    async def checkpoint(self, partitions: set[int] | None = None) -> None:
+        """Persist state with its next offsets atomically — the whole state to the file
+        (role all, fsynced) or each changed partition's snapshot to the state topic
+        (worker, acknowledged by every in-sync replica) — then commit the same offsets to
+        Kafka for lag dashboards (informational: the group coordinator's acknowledgement
+        is not waited on for correctness, the saved offsets are what count)."""
+        async with self._save_lock:
+            changed = set(self._dirty) if partitions is None else self._dirty & partitions
+            if not changed:
+                return
+            self._dirty -= changed
+            started = time.perf_counter()
+            # the offsets and the state they belong to, taken at one instant (folds go on
+            # during the awaits below): the commit never runs ahead of what was saved
+            offsets = {p: self.state.partition(p).next_offset for p in changed}
+            try:
+                if self.store is not None:
+                    await asyncio.to_thread(self.store.save, self.state.to_bytes())
+                if self.snapshots is not None:
+                    await self.snapshots.publish({p: self.state.partition(p) for p in changed})
+            except BaseException:
+                self._dirty |= changed
+                raise
+            if self.store is not None or self.snapshots is not None:
+                self.exporter.checkpointed(time.perf_counter() - started)
+            consumer = self._consumer
+            if consumer is not None:
+                topic = self.collection.reports_topic
+                mine = {
+                    TopicPartition(topic, p): o
+                    for p, o in offsets.items()
+                    if TopicPartition(topic, p) in consumer.assignment() and o > 0
+                }
+                if mine:
+                    with contextlib.suppress(CommitFailedError, KafkaError):
+                        await consumer.commit(mine)
+
+    async def _housekeeping(self) -> None:
+        await self._check_topics()
+        await self._check_resets()
+        if self.role == "all":
+            await self.exporter.refresh(self.state)
+        release_free_memory()
+
+    # ------------------------------------------------------------------ rebalancing
+    async def revoked(self, revoked: list[TopicPartition]) -> None:
+        mine = {tp.partition for tp in revoked}
+        self._dirty |= mine & set(self.state.partitions)
+        await self.checkpoint(mine)
+        if self.role == "worker":
+            for p in mine:  # the next owner continues from the snapshot just published
+                self.state.partitions.pop(p, None)
+                self._verify.discard(p)
+
+    async def assigned(self, assigned: list[TopicPartition]) -> None:
+        consumer = self._consumer
+        assert consumer is not None
+        if self.follower is not None:
+            await self._load_snapshots(consumer, self.follower, assigned)
+        for tp in assigned:
+            state = self.state.partition(tp.partition)
+            if state.next_offset > 0 and state.last_digest:
+                self._verify.add(tp.partition)  # re-read the last folded record first
+                consumer.seek(tp, state.next_offset - 1)
+            else:
+                consumer.seek(tp, state.next_offset)
+
+    async def _load_snapshots(
+        self, consumer: AIOKafkaConsumer, follower: StateFollower, assigned: list[TopicPartition]
+    ) -> None:
+        """Take over assigned partitions from the state topic. The previous owner published
+        each snapshot before committing its offset, so the committed offset says which
+        snapshot to wait for. An older one would also be correct (every snapshot is a
+        consistent prefix); it only means re-reading some records."""
+        await follower.caught_up(timeout=5.0)
+        for tp in assigned:
+            committed = 0
+            with contextlib.suppress(KafkaError):
+                committed = await consumer.committed(tp) or 0
+            entry = await follower.wait_for(tp.partition, committed, timeout=10.0)
+            if entry is None:
+                continue
+            if entry.rank[1] < committed:
+                self.log(
+                    f"partition {tp.partition}: the newest snapshot in {self.collection.state_topic} is at offset "
+                    f"{entry.rank[1]}, below the committed {committed}; re-reading from there (nothing is counted twice)"
+                )
+            try:
+                self.state.partitions[tp.partition] = decode(self.collection, tp.partition, entry.value)
+            except CheckpointMismatch as exc:
+                # raised from the consume loop: aiokafka swallows listener errors
+                self._fatal = CheckpointMismatch(
+                    f"the snapshot of partition {tp.partition} in {self.collection.state_topic} "
+                    f"is not this collection's: {exc}"
+                )
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Checkpoint before partitions leave; resume from the checkpoint when they arrive."""
+
+    def __init__(self, aggregator: Aggregator) -> None:
+        self.aggregator = aggregator
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self.aggregator.revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        await self.aggregator.assigned(assigned)

@@ -1,0 +1,352 @@
+"""Aggregator state keyed by input partition, and its atomic checkpoints.
+
+Exactly-once *effect* without Kafka transactions (ARCHITECTURE, PRACTICES):
+
+* every input partition owns ``PartitionState(next_offset, statistics, rejected
+  counts)``; a record is folded only if its offset is at least ``next_offset``, which
+  then moves past it, so redelivery after a rebalance or a restart is a no-op;
+* a checkpoint stores every partition's state *together with* its next offset, written
+  to a temporary file, fsynced and renamed over the previous one (atomic on POSIX);
+* after a crash the aggregator loads the last checkpoint and seeks every partition to
+  its ``next_offset``: reports folded after that checkpoint are folded again exactly
+  once, because the statistics went back with the offsets. Kafka's committed offsets
+  are informational only.
+
+Windows: statistics are additive, so a window is a sum of time buckets. A report goes
+to the bucket of its Kafka record timestamp (set by the device SDK, kept by replays),
+so replaying a topic reproduces the buckets exactly. Buckets are one tenth of the
+smallest finite window (at least one second); buckets that have left every finite
+window are merged into the partition's ``base``, which only the ``all`` window reads,
+so memory stays bounded by (partitions x buckets x statistics size).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import numpy as np
+from numpy.typing import NDArray
+
+from kvldp.aggregator.dedup import RecentIds
+from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction
+from kvldp.aggregator.ledger import Ledger
+from kvldp.aggregator.round_state import RoundBook, RoundState
+from kvldp.common.collection import Collection
+from kvldp.common.control_record import interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.primitives import IntArray
+from kvldp.common.schema import ReportBatch
+from kvldp.common.stats import Stats
+
+FORMAT = "kvldp-checkpoint"
+VERSION = 2
+
+
+class CheckpointMismatch(KvldpError):
+    """A checkpoint belongs to another collection or configuration."""
+
+
+def bucket_millis(collection: Collection) -> int | None:
+    """Bucket width: a tenth of the smallest finite window, at least 1 s; None without windows."""
+    finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
+    if not finite:
+        return None
+    return max(1000, min(finite) * 1000 // 10)
+
+
+@dataclass
+class PartitionState:
+    """What has been folded from one input partition, and the filters' memory.
+
+    ``last_digest`` fingerprints the record at ``next_offset - 1``: on reassignment the
+    aggregator re-reads that record, and a different one means the topic was reset.
+    """
+
+    next_offset: int
+    base: Stats
+    buckets: dict[int, Stats] = field(default_factory=dict)
+    rejected: Counter[str] = field(default_factory=Counter)
+    duplicates: int = 0
+    resets: int = 0
+    recent: RecentIds = field(default_factory=lambda: RecentIds(0))
+    ledger: Ledger = field(default_factory=Ledger)
+    last_digest: bytes = b""
+    #: end of the partition when last seen (informational: lag for an exporter)
+    highwater: int = 0
+    #: per-device spending and latest reports (collections with a ``[privacy]`` table)
+    book: DeviceBook = field(default_factory=DeviceBook)
+    #: reports folded, ever (a memoized collection's statistics keep one per device)
+    folded: int = 0
+    #: rounds each device reported in (interactive collections)
+    round_book: RoundBook = field(default_factory=RoundBook)
+
+    @property
+    def reports(self) -> int:
+        return self.folded
+
+
+class AggregatorState:
+    """All partitions of one collection; folding, windows and (de)serialisation."""
+
+    def __init__(self, collection: Collection) -> None:
+        self.collection = collection
+        self.mechanism = collection.mechanism
+        self.bucket_ms = bucket_millis(collection)
+        finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
+        self.retention_ms = (max(finite) * 1000 + 2 * self.bucket_ms) if finite and self.bucket_ms else 0
+        self.partitions: dict[int, PartitionState] = {}
+        #: the rounds of an interactive collection (None: not interactive)
+        self.rounds: RoundState | None = (
+            RoundState.start(collection, int(time.time() * 1000)) if is_interactive(collection) else None
+        )
+        #: whether partitions keep a :class:`DeviceBook` (collections with a privacy table;
+        #: interactive ones count rounds per device in their round book instead)
+        self.tracks_devices = bool(collection.privacy.as_table()) and self.rounds is None
+
+    def partition(self, p: int) -> PartitionState:
+        if p not in self.partitions:
+            self.partitions[p] = PartitionState(
+                next_offset=0,
+                base=self.mechanism.new_stats(),
+                recent=RecentIds(self.collection.aggregate.dedup_horizon),
+            )
+        return self.partitions[p]
+
+    # ------------------------------------------------------------------ folding
+    def buckets_of(self, timestamps_ms: IntArray) -> IntArray | None:
+        return None if self.bucket_ms is None else timestamps_ms // self.bucket_ms
+
+    def fold_reports(self, p: int, reports: ReportBatch, buckets: IntArray | None) -> None:
+        """Fold decoded, validated reports of partition ``p`` into their time buckets."""
+        state = self.partition(p)
+        n = next(iter(reports.values())).shape[0] if reports else 0
+        state.folded += n
+        if n:
+            if buckets is None:
+                state.base.fold(reports, check=False)
+            else:
+                first, last = int(buckets.min()), int(buckets.max())
+                # a fetch usually falls in one bucket: no need to sort its reports by bucket
+                for b in [first] if first == last else np.unique(buckets):
+                    target = state.buckets.get(int(b))
+                    if target is None:
+                        target = state.buckets[int(b)] = self.mechanism.new_stats()
+                    if first == last:
+                        target.fold(reports, check=False)
+                    else:
+                        mask = buckets == b
+                        target.fold({k: v[mask] for k, v in reports.items()}, check=False)
+
+    def retract(self, p: int, retraction: Retraction) -> None:
+        """Take reports back out of partition ``p``'s buckets (or base, once merged there)."""
+        state = self.partition(p)
+        for b in np.unique(retraction.buckets):
+            rows = {k: v[retraction.buckets == b] for k, v in retraction.rows.items()}
+            target = state.buckets.get(int(b)) if b != NO_BUCKET else None
+            retracted = self.mechanism.new_stats().fold(rows, check=False)
+            (state.base if target is None else target).subtract(retracted)
+
+    def compact(self, now_ms: int) -> None:
+        """Merge buckets that left every finite window into ``base`` (never changes 'all')."""
+        if self.bucket_ms is None:
+            return
+        oldest = (now_ms - self.retention_ms) // self.bucket_ms
+        for state in self.partitions.values():
+            for b in [b for b in state.buckets if b < oldest]:
+                state.base.add(state.buckets.pop(b))
+
+    # ------------------------------------------------------------------ reading
+    def window_stats(self, now_ms: int) -> dict[str, Stats]:
+        """Merged statistics of every configured window at wall-clock time ``now_ms``."""
+        out: dict[str, Stats] = {}
+        for window in self.collection.aggregate.windows:
+            total = self.mechanism.new_stats()
+            for state in self.partitions.values():
+                if window.seconds is None:
+                    total.add(state.base)
+                    for stats in state.buckets.values():
+                        total.add(stats)
+                elif self.bucket_ms is not None:
+                    first = (now_ms - window.seconds * 1000) // self.bucket_ms
+                    for b, stats in state.buckets.items():
+                        if b >= first:
+                            total.add(stats)
+            out[window.name] = total
+        return out
+
+    def all_stats(self) -> Stats:
+        """Everything folded so far (the 'all' window), for exact comparisons."""
+        total = self.mechanism.new_stats()
+        for state in self.partitions.values():
+            total.add(state.base)
+            for stats in state.buckets.values():
+                total.add(stats)
+        return total
+
+    def device_spent(self) -> NDArray[np.float64]:
+        """Epsilon spent by every device seen (collections that keep a device or round book)."""
+        if self.rounds is not None:
+            mech = interactive_mechanism(self.collection)
+            costs = np.array([mech.round_epsilon(r) for r in range(mech.rounds)])
+            return np.concatenate(
+                [np.zeros(0), *(s.round_book.spent(costs) for s in self.partitions.values())]
+            )
+        charged = [s.book.charged for s in self.partitions.values()]
+        return self.collection.epsilon * np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
+
+    @property
+    def reports_total(self) -> int:
+        return sum(s.reports for s in self.partitions.values())
+
+    @property
+    def duplicates_total(self) -> int:
+        return sum(s.duplicates for s in self.partitions.values())
+
+    @property
+    def resets_total(self) -> int:
+        return sum(s.resets for s in self.partitions.values())
+
+    def lag(self) -> dict[int, int]:
+        """Records not yet folded per partition, from the last high watermark seen."""
+        return {p: max(0, s.highwater - s.next_offset) for p, s in self.partitions.items()}
+
+    def rejected_totals(self) -> Counter[str]:
+        total: Counter[str] = Counter()
+        for state in self.partitions.values():
+            total.update(state.rejected)
+        return total
+
+    # ------------------------------------------------------------------ bytes
+    def to_bytes(self) -> bytes:
+        payload: dict[str, Any] = {
+            "format": FORMAT,
+            "v": VERSION,
+            "collection": self.collection.name,
+            "digest": self.collection.digest,
+            "bucket_ms": self.bucket_ms,
+            "partitions": {
+                str(p): {
+                    "next": s.next_offset,
+                    "base": s.base.to_bytes(),
+                    "buckets": {str(b): st.to_bytes() for b, st in s.buckets.items()},
+                    "rejected": dict(s.rejected),
+                    "duplicates": s.duplicates,
+                    "resets": s.resets,
+                    "recent": s.recent.ordered().astype("<u8").tobytes(),
+                    "ledger": {
+                        str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
+                        for w, (k, c) in s.ledger.windows.items()
+                    },
+                    "last": s.last_digest,
+                    "highwater": s.highwater,
+                    "folded": s.folded,
+                    **({"book": s.book.to_wire()} if self.tracks_devices else {}),
+                    **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
+                }
+                for p, s in self.partitions.items()
+            },
+        }
+        if self.rounds is not None:
+            payload["rounds"] = self.rounds.to_wire()
+        return bytes(msgpack.packb(payload, use_bin_type=True))
+
+    @classmethod
+    def from_bytes(cls, collection: Collection, data: bytes) -> AggregatorState:
+        try:
+            payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
+        except Exception as exc:
+            raise CheckpointMismatch(f"checkpoint is not valid msgpack: {exc}") from exc
+        if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("v") != VERSION:
+            raise CheckpointMismatch("file is not a kvldp checkpoint of a supported version")
+        if payload.get("collection") != collection.name or payload.get("digest") != collection.digest:
+            raise CheckpointMismatch(
+                f"checkpoint belongs to collection {payload.get('collection')!r} with digest "
+                f"{payload.get('digest')}, not {collection.name!r}/{collection.digest}: the collection file "
+                "changed; move the old state away or use another --state-dir"
+            )
+        state = cls(collection)
+        if payload.get("bucket_ms") != state.bucket_ms:
+            raise CheckpointMismatch("checkpoint was written with other windows; use another --state-dir")
+        mech = collection.mechanism
+        try:
+            if state.rounds is not None:
+                state.rounds = RoundState.from_wire(collection, payload["rounds"])
+            for p, entry in payload["partitions"].items():
+                base = Stats.from_bytes(mech, entry["base"])
+                buckets = {int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()}
+                state.partitions[int(p)] = PartitionState(
+                    next_offset=int(entry["next"]),
+                    base=base,
+                    buckets=buckets,
+                    rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
+                    duplicates=int(entry["duplicates"]),
+                    resets=int(entry["resets"]),
+                    recent=RecentIds(
+                        collection.aggregate.dedup_horizon,
+                        np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
+                    ),
+                    ledger=Ledger(
+                        {
+                            int(w): (
+                                np.frombuffer(k, dtype="<u8").astype(np.uint64),
+                                np.frombuffer(c, dtype="<i8").astype(np.int64),
+                            )
+                            for w, (k, c) in entry["ledger"].items()
+                        }
+                    ),
+                    last_digest=bytes(entry["last"]),
+                    highwater=int(entry["highwater"]),
+                    book=DeviceBook.from_wire(entry["book"]) if "book" in entry else DeviceBook(),
+                    round_book=(
+                        RoundBook.from_wire(entry["round_book"]) if state.rounds is not None else RoundBook()
+                    ),
+                    # checkpoints written before the count was kept: every report is in the stats
+                    folded=int(
+                        entry.get("folded", base.n_reports + sum(s.n_reports for s in buckets.values()))
+                    ),
+                )
+        except (KeyError, TypeError, ValueError, AttributeError, KvldpError) as exc:
+            raise CheckpointMismatch(f"checkpoint is corrupt: {type(exc).__name__}: {exc}") from exc
+        return state
+
+
+class CheckpointStore:
+    """``<state_dir>/<collection>.checkpoint``, replaced atomically."""
+
+    def __init__(self, directory: str | Path, collection: Collection) -> None:
+        self.directory = Path(directory)
+        self.collection = collection
+        self.path = self.directory / f"{collection.name}.checkpoint"
+
+    def load(self) -> AggregatorState | None:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        return AggregatorState.from_bytes(self.collection, data)
+
+    def save(self, data: bytes) -> None:
+        """Write ``data`` (an :meth:`AggregatorState.to_bytes`) atomically and durably."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.directory)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)

@@ -1,0 +1,75 @@
+"""The ``kvldp`` command line: one entry point, one subcommand per job.
+
+Each subcommand is a module of this package holding its flags next to its handler; its
+``register`` adds it to the top parser, in the order ``kvldp --help`` lists them. Flag
+types shared by several subcommands are in :mod:`kvldp.cli.flags`. This package is the
+only importer of :mod:`kvldp.bench`, :mod:`kvldp.experiments` and
+:mod:`kvldp.reliability`; heavy modules (the aggregator, the SDK's Kafka client, matplotlib) are
+imported inside the handlers, so that ``kvldp --help`` stays fast.
+
+Input errors (:class:`kvldp.common.errors.KvldpError`) print one line on stderr and exit
+with status 2; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvldp.cli import (
+    advise,
+    aggregate,
+    audit,
+    bench,
+    broker,
+    demo,
+    evaluate,
+    mechanisms,
+    produce,
+    record,
+    replay,
+)
+from kvldp.common.errors import KvldpError
+
+#: the subcommands, in the order ``kvldp --help`` lists them
+SUBCOMMANDS = (mechanisms, audit, evaluate, advise, bench, demo, broker, produce, aggregate, record, replay)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kvldp", description="Key-value telemetry under local differential privacy."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in SUBCOMMANDS:
+        command.register(sub)
+    return parser
+
+
+def configure_logging() -> None:
+    """Warnings and errors of kvldp's own modules on stderr; client libraries stay quiet
+    unless KVLDP_LOG_LEVEL asks for more (their connection errors become our one-line
+    messages instead of a burst of log records)."""
+    level = os.environ.get("KVLDP_LOG_LEVEL", "").upper()
+    logging.basicConfig(level=level or logging.WARNING, format="kvldp: %(levelname)s %(name)s: %(message)s")
+    if not level:
+        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    configure_logging()
+    np.seterr(all="warn", under="ignore")  # underflow to 0 is benign (EM's vanishing states)
+    try:
+        return int(args.func(args))
+    except KvldpError as exc:
+        print(f"kvldp: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvldp: interrupted", file=sys.stderr)
+        return 130

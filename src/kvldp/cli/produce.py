@@ -1,0 +1,253 @@
+"""``kvldp produce``: publish simulated devices or a CSV of real device data.
+
+A single pass publishes every device once; ``--periods`` simulates a fleet
+reporting once per period (:mod:`kvldp.sim.fleet`) and says what each device spent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvldp.cli.flags import Subparsers, fraction, positive_float, positive_int
+from kvldp.common.errors import KvldpError
+from kvldp.kafka.command_line import add_kafka_args, kafka_settings
+from kvldp.sim import datasets
+
+if TYPE_CHECKING:
+    from kvldp.common.collection import Collection
+    from kvldp.common.kvdata import KVData
+    from kvldp.kafka.client_config import KafkaConfig
+    from kvldp.producer.collector import Collector
+
+
+def register(sub: Subparsers) -> None:
+    p = sub.add_parser("produce", help="publish simulated devices or a CSV of real device data")
+    p.add_argument("--collection", required=True, help="collection file (TOML)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--simulate", metavar="DATASET", help=f"one of: {', '.join(datasets.names())}")
+    source.add_argument(
+        "--from-csv",
+        metavar="FILE",
+        help="device,key,value rows (one device's rows together), or a ratings file user,item,rating "
+        "(comma or tab separated, extra columns ignored; items outside the collection's keys dropped)",
+    )
+    p.add_argument("--users", type=positive_int, help="simulated devices (with --simulate)")
+    p.add_argument("--seed", type=int, help="seed the simulated data and perturbation (tests, demos)")
+    p.add_argument(
+        "--batch-size", type=positive_int, default=1, help="reports per Kafka message (gateway mode)"
+    )
+    p.add_argument("--rate", type=positive_float, help="reports per second (default: as fast as possible)")
+    p.add_argument(
+        "--truth",
+        metavar="FILE",
+        help="write the simulated population's true statistics (JSON; with --periods, the last period's)",
+    )
+    p.add_argument(
+        "--periods",
+        type=positive_int,
+        help="with --simulate: the fleet reports once per period, P periods up to now "
+        "(period: the collection's report_period, else 1h)",
+    )
+    p.add_argument(
+        "--churn",
+        type=fraction,
+        help="with --periods: fraction of devices that redraw their pairs each period (default 0.1)",
+    )
+    add_kafka_args(p)
+    p.set_defaults(func=cmd_produce)
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    if args.periods is not None:
+        return _produce_periods(args)
+    if args.churn is not None:
+        raise KvldpError("--churn goes with --periods P")
+    return _produce_once(args)
+
+
+def _produce_once(args: argparse.Namespace) -> int:
+    """Every device reports once: simulated devices (an interactive collection's fleet
+    follows its rounds instead) or the devices of a CSV file."""
+    import asyncio
+
+    from kvldp.common.collection_file import load_collection
+    from kvldp.common.control_record import is_interactive
+    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.producer.batching import check_batching
+    from kvldp.producer.collector import Collector
+    from kvldp.progress import Progress
+    from kvldp.sim import simulate
+
+    collection = load_collection(args.collection)
+    check_batching(collection, args.batch_size)
+    kafka = kafka_settings(args)
+    rng = np.random.default_rng(args.seed) if args.seed is not None else None
+    if args.simulate:
+        if not args.users:
+            raise KvldpError("--simulate needs --users N")
+        try:
+            users = simulate.simulate(collection, args.simulate, args.users, args.seed or 0)
+        except ValueError as exc:
+            raise KvldpError(str(exc)) from None
+        if args.truth:
+            Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
+        if is_interactive(collection):
+            if args.rate:
+                raise KvldpError(
+                    f"--rate: collection {collection.name} reports in rounds, paced by its round_period"
+                )
+            return _produce_rounds(collection, kafka, users, rng)
+
+        async def publish(stop: asyncio.Event) -> int:
+            async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
+                with Progress(users.n_users, f"produce {collection.name}") as bar:
+                    await until_stopped(
+                        stop,
+                        sdk.publish_users(
+                            users,
+                            simulate.device_ids(users.n_users),
+                            batch_size=args.batch_size,
+                            rate=args.rate,
+                            on_progress=bar.advance,
+                        ),
+                    )
+                return sdk.sent_reports
+
+        sent = run_async(publish, kafka)
+    else:
+        if args.truth:
+            raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
+        source = Path(args.from_csv)
+        if not source.is_file():
+            raise KvldpError(f"CSV file {str(source)!r} does not exist")
+
+        async def publish_csv(stop: asyncio.Event) -> int:
+            async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
+                await until_stopped(stop, _publish_csv(sdk, source, args.batch_size))
+                return sdk.sent_reports
+
+        sent = run_async(publish_csv, kafka)
+    print(f"published {sent} reports to {collection.reports_topic}", file=sys.stderr)
+    return 0
+
+
+def _produce_rounds(
+    collection: Collection, kafka: KafkaConfig, users: KVData, rng: np.random.Generator | None
+) -> int:
+    """A simulated fleet following an interactive collection's rounds to the end: a line
+    per round, then the epsilon each device spent."""
+    import asyncio
+
+    from kvldp.common.control_record import control_topic, interactive_mechanism
+    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.producer.collector import Collector
+    from kvldp.progress import Progress
+    from kvldp.sim import simulate
+    from kvldp.sim.round_fleet import RoundFleet, RoundReport
+
+    mechanism = interactive_mechanism(collection)
+    if users.n_users < mechanism.round_min_reports:
+        print(
+            f"warning: {users.n_users} devices are fewer than round_min_reports={mechanism.round_min_reports}: "
+            "rounds close only once other devices report too",
+            file=sys.stderr,
+        )
+    ids = simulate.device_ids(users.n_users)
+    fleet = RoundFleet(users, ids)
+
+    async def publish(stop: asyncio.Event) -> tuple[int, list[float]]:
+        async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
+            print(
+                f"following {control_topic(collection)} ({mechanism.rounds} rounds at most)", file=sys.stderr
+            )
+            with Progress(users.n_users * mechanism.rounds, f"produce {collection.name}") as bar:
+
+                def said(report: RoundReport) -> None:
+                    print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
+
+                await until_stopped(stop, fleet.run(sdk, on_round=said, on_progress=bar.advance))
+            return sdk.sent_reports, [sdk.privacy_spent(device) for device in ids]
+
+    sent, spent = run_async(publish, kafka)
+    print(
+        f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
+        f"median {float(np.median(spent)):g}, max {max(spent):g} (of {collection.epsilon:g})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+async def _publish_csv(sdk: Collector, path: Path, batch_size: int, chunk: int = 4096) -> None:
+    from kvldp.sim.csvsource import read_devices
+    from kvldp.sim.ratings import is_ratings_file, read_ratings
+
+    keys = frozenset(sdk.collection.keys)
+    ids: list[str] = []
+    devices: list[dict[str, float]] = []
+    source = read_ratings(path).devices(keys) if is_ratings_file(path) else read_devices(path, keys)
+    for device, pairs in source:
+        ids.append(device)
+        devices.append(pairs)
+        if len(devices) >= chunk:
+            await sdk.report_many(devices, ids, batch_size=batch_size)
+            ids, devices = [], []
+    if devices:
+        await sdk.report_many(devices, ids, batch_size=batch_size)
+
+
+def _produce_periods(args: argparse.Namespace) -> int:
+    """A simulated fleet reporting once per period (kvldp.sim.fleet); a summary line per
+    period and the epsilon spent per device on stderr. ``--truth`` is the last period's."""
+    import asyncio
+
+    from kvldp.common.collection_file import load_collection
+    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.producer.batching import check_batching
+    from kvldp.producer.collector import Collector
+    from kvldp.progress import Progress
+    from kvldp.sim import simulate
+    from kvldp.sim.fleet import FleetSimulation, PeriodReport
+
+    if not args.simulate:
+        raise KvldpError("--periods simulates a fleet: use it with --simulate DATASET, not --from-csv")
+    if not args.users:
+        raise KvldpError("--simulate needs --users N")
+    collection = load_collection(args.collection)
+    check_batching(collection, args.batch_size)
+    kafka = kafka_settings(args)
+    sim = FleetSimulation(
+        collection,
+        args.simulate,
+        args.users,
+        args.periods,
+        churn=0.1 if args.churn is None else args.churn,
+        seed=args.seed or 0,
+    )
+    rng = np.random.default_rng(args.seed) if args.seed is not None else None
+
+    async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray]:
+        async with Collector(collection, kafka_config=kafka, rng=rng, clock=sim.clock) as sdk:
+            with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
+
+                def said(report: PeriodReport) -> None:  # below the bar, which goes on drawing
+                    print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
+
+                work = sim.run(sdk, args.batch_size, rate=args.rate, on_progress=bar.advance, on_period=said)
+                await until_stopped(stop, work)
+            return sdk.sent_reports, sim.spent(sdk)
+
+    sent, spent = run_async(publish, kafka)
+    if args.truth:
+        Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
+    print(
+        f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
+        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}",
+        file=sys.stderr,
+    )
+    return 0

@@ -1,0 +1,224 @@
+"""The one abstraction of kvldp: a mechanism = client + sufficient statistics + estimators.
+
+A concrete mechanism provides
+
+1. the client: ``perturb_many(users, rng)`` (vectorised, following the paper's algorithm
+   step by step) — ``perturb`` for one device is the same code on one row;
+2. the statistics: ``stats_shapes`` and ``fold_arrays`` (integer additions only);
+3. the estimators: ``_estimate(stats, estimator, options)``;
+4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.privacy_audit`).
+
+Adding a mechanism means adding one module and registering it; producer and aggregator
+only ever talk to this interface.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import math
+from collections.abc import Mapping
+from functools import cached_property
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvldp.common.errors import KvldpError
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.output_model import OutputModel
+from kvldp.common.params import InvalidParameter, Param, ParamValue, parse_params
+from kvldp.common.schema import (
+    Field,
+    InvalidReport,
+    Report,
+    ReportBatch,
+    batch_len,
+    field_checks,
+    row,
+    validate_fields,
+)
+from kvldp.common.stats import Stats, StatsMismatch
+
+IntArray = NDArray[np.int64]
+Validation = tuple[NDArray[np.bool_], NDArray[np.object_]]
+
+#: users perturbed per block by :meth:`Mechanism.collect` (bounds simulator memory)
+COLLECT_CHUNK = 1 << 17
+
+
+class UnknownEstimator(KvldpError):
+    """The requested estimator does not exist for this mechanism."""
+
+
+class Mechanism(abc.ABC):
+    """Base class of every LDP mechanism. Instances are immutable configurations."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    notion: ClassVar[str] = "ldp"
+    params_spec: ClassVar[tuple[Param, ...]] = ()
+    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "normsub")
+    collects_values: ClassVar[bool] = True
+    #: largest key domain the mechanism supports (None: no structural limit) ...
+    max_keys: ClassVar[int | None] = None
+    #: ... and what to tell a user who asks for more
+    max_keys_advice: ClassVar[str] = ""
+
+    def __init__(self, d: int, epsilon: float, **params: object) -> None:
+        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or int(d) < 1:
+            raise InvalidParameter(f"{self.name}: the number of keys must be a positive integer, got {d!r}")
+        if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
+            raise InvalidParameter(f"{self.name}: epsilon must be a positive finite number, got {epsilon!r}")
+        if self.max_keys is not None and int(d) > self.max_keys:
+            raise InvalidParameter(
+                f"{self.name} supports at most {self.max_keys} keys, got d={d}"
+                + (f": {self.max_keys_advice}" if self.max_keys_advice else "")
+            )
+        self.d = int(d)
+        self.epsilon = float(epsilon)
+        self.params: dict[str, ParamValue] = parse_params(self.params_spec, params, self.name)
+        self._setup()
+
+    def _setup(self) -> None:  # noqa: B027 - optional hook, most mechanisms override it
+        """Derive probabilities from (d, epsilon, params); raise InvalidParameter on bad combinations."""
+
+    def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}(d={self.d}, epsilon={self.epsilon!r}{extra})"
+
+    # ----------------------------------------------------------------- configuration
+    @property
+    def config(self) -> dict[str, Any]:
+        return {"mechanism": self.name, "d": self.d, "epsilon": self.epsilon, "params": dict(self.params)}
+
+    @cached_property
+    def digest(self) -> int:
+        """uint32 id of the configuration (the wire ``cfg`` field, spec §0.3)."""
+        canonical = json.dumps(self.config, sort_keys=True, separators=(",", ":"))
+        return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
+
+    # ----------------------------------------------------------------- report schema
+    @abc.abstractmethod
+    def fields(self) -> tuple[Field, ...]:
+        """Payload fields of one report."""
+
+    def _validate_extra(self, batch: ReportBatch) -> list[tuple[NDArray[np.bool_], str]]:
+        """Constraints beyond per-field ranges, as (bad-row mask, reason) pairs."""
+        return []
+
+    def valid_rows(self, batch: ReportBatch) -> NDArray[np.bool_]:
+        """The valid-row mask alone: the hot path of folding and decoding, which needs the
+        reasons (:meth:`validate_coded`) only when some row is bad."""
+        valid = np.ones(batch_len(batch), dtype=bool)
+        for bad, _ in field_checks(batch, self.fields()):
+            valid &= ~bad
+        for bad, _ in self._validate_extra(batch):
+            valid &= ~bad
+        return valid
+
+    def validate_coded(
+        self, batch: ReportBatch
+    ) -> tuple[NDArray[np.bool_], NDArray[np.object_], NDArray[np.object_]]:
+        """(valid mask, reason code, detail) per row: ``out_of_range`` for a field outside its
+        domain (index too large, padding bits set), ``invalid_report`` for a violated
+        mechanism constraint. Never raises on bad rows."""
+        valid, details = validate_fields(batch, self.fields())
+        codes = np.full(valid.shape[0], "", dtype=object)
+        codes[~valid] = "out_of_range"
+        for bad, reason in self._validate_extra(batch):
+            hit = bad & valid
+            details[hit] = reason
+            codes[hit] = "invalid_report"
+            valid &= ~bad
+        return valid, codes, details
+
+    def validate(self, batch: ReportBatch) -> Validation:
+        """(valid mask, reason per row) for a batch; never raises on bad rows."""
+        valid, _, details = self.validate_coded(batch)
+        return valid, details
+
+    def check_batch(self, batch: ReportBatch) -> None:
+        if not np.all(self.valid_rows(batch)):
+            valid, reasons = self.validate(batch)
+            i = int(np.flatnonzero(~valid)[0])
+            raise InvalidReport(f"{self.name} report {i} is invalid: {reasons[i]}")
+
+    # ----------------------------------------------------------------- client
+    def perturb(self, pairs: Mapping[int, float], rng: np.random.Generator) -> Report:
+        """Perturb one device's pairs (key index -> value in [-1, 1]) into one report."""
+        batch = self.perturb_many(KVData.from_pairs(self.d, [pairs]), rng)
+        return row(batch, self.fields(), 0)
+
+    def perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+        """Perturb every user's pairs; one report per user, as a columnar batch."""
+        if users.d != self.d:
+            raise InvalidParameter(f"{self.name} is configured for d={self.d} keys, the data has d={users.d}")
+        return self._perturb_many(users, rng)
+
+    @abc.abstractmethod
+    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch: ...
+
+    def collect(self, users: KVData, rng: np.random.Generator) -> Stats:
+        """Simulate a whole collection in-process: perturb every user and fold."""
+        stats = self.new_stats()
+        for block in users.chunks(COLLECT_CHUNK):
+            stats.fold(self.perturb_many(block, rng))
+        return stats
+
+    # ----------------------------------------------------------------- statistics
+    @abc.abstractmethod
+    def stats_shapes(self) -> dict[str, tuple[int, ...]]: ...
+
+    @abc.abstractmethod
+    def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
+        """Add a validated batch into ``arrays`` in place (integer additions only)."""
+
+    def expected_stats(self, users: KVData) -> Stats:
+        """Exact expectation of the statistics this population would produce, from the
+        mechanism's probability model (not its client). Powers the expected-count round
+        trip of spec §0.6 and the statistical check of the client against the model."""
+        raise NotImplementedError(f"{self.name} has no closed-form expected statistics")
+
+    def new_stats(self) -> Stats:
+        return Stats(self)
+
+    def stats_from_bytes(self, data: bytes) -> Stats:
+        return Stats.from_bytes(self, data)
+
+    # ----------------------------------------------------------------- estimation
+    def check_stats(self, stats: Stats, estimator: str) -> None:
+        """Reject statistics of another configuration and estimators this mechanism lacks."""
+        if stats.mechanism.name != self.name or stats.mechanism.digest != self.digest:
+            raise StatsMismatch(f"statistics of {stats.mechanism!r} cannot be estimated by {self!r}")
+        if estimator not in self.estimator_names:
+            raise UnknownEstimator(
+                f"{self.name} has no estimator {estimator!r} (available: {', '.join(self.estimator_names)})"
+            )
+
+    def estimate(self, stats: Stats, estimator: str = "unbiased", **options: Any) -> Estimate:
+        """Estimate frequency and mean per key (with standard errors) from statistics alone."""
+        self.check_stats(stats, estimator)
+        return self._estimate(stats, estimator, dict(options))
+
+    @abc.abstractmethod
+    def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate: ...
+
+    # ----------------------------------------------------------------- privacy
+    def claimed_epsilon(self) -> float:
+        """The privacy level the mechanism's analysis proves (<= epsilon); audits compare to it."""
+        return self.epsilon
+
+    def fldp_eta(self) -> float:
+        """For FLDP mechanisms: the eta of (epsilon, eta)-FLDP."""
+        raise NotImplementedError(f"{self.name} is not an FLDP mechanism")
+
+    def exhaustive_feasible(self) -> bool:
+        """Whether the exhaustive audit (all 3^d discrete users) is small enough to run."""
+        return self.d <= 4
+
+    @abc.abstractmethod
+    def audit_model(self, exhaustive: bool) -> OutputModel:
+        """Exact output distribution over all discrete users (exhaustive) or a symmetry-reduced set."""

@@ -1,0 +1,259 @@
+"""IOH: Indexing One-Hot over the joint state of all d keys, for conditional analysis (spec §11).
+
+Client [D0 Alg.6, §11.3]: every key gets its state code s_i (1 if absent, Disc applied
+independently to each held value: 0 for -1, 2 for +1); the joint state is the base-3
+index I = sum_i 3^(d-i) s_i with key 1 (wire key 0) the most significant digit; the
+device one-hot encodes I into 3^d bits and reports each bit through symmetric
+randomized response at eps/2 (SUE: p = e^(eps/2) / (e^(eps/2) + 1), q = 1 - p). Two
+one-hot vectors differ in exactly two bits, so the report is eps-LDP and the bound is
+tight. The report is ``{a: bin}``, the bits LSB-first in ceil(3^d / 8) bytes.
+
+Statistics [§11.4]: C[i] = number of reports with bit i set (3^d int64) plus n. A fold
+unpacks the bits of a block of reports and adds their column sums.
+
+Estimation: the calibrated vector A_hat = (C - n q) / (p - q) estimates, without bias,
+the number of users in every joint state; any count over a product set of states is a
+sum of its cells, which is how :meth:`IOH.cell_sums` implements the
+:class:`~kvldp.common.conditional.CellSumOracle` of :mod:`kvldp.common.conditional`. Bits are
+perturbed independently, so the variance of a cell-set sum is exact (§11.7):
+|T| n q(1-q)/(p-q)^2 + A(T)(1-p-q)/(p-q), the second term vanishing for SUE. The two
+estimators are ``unbiased`` (A_hat) and ``normsub`` (A_hat projected onto
+{x >= 0, sum x = n} before every ratio). Per-key estimates are the unconditional
+queries: f_k = F^{e_k}_{e_k} / n and m_k = (S+ - S-) / (S+ + S-).
+
+There is no EM: the posterior of a report's joint state depends on its whole bit
+vector, so the E-step needs every report's bits and C is not a sufficient statistic
+(§11.5); it would be O(n 3^d) per iteration on stored reports, outside the streaming
+aggregator. Reports grow as 3^d bits, so d is limited to 10 (7.4 KB per report).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kvldp.common.conditional import (
+    CellSums,
+    ConditionalEstimate,
+    ConditionalQuery,
+    InvalidQuery,
+    ProductSet,
+    answer_queries,
+    expected_joint_counts,
+    joint_index,
+    joint_state_probabilities,
+    joint_states,
+)
+from kvldp.common.estimate import Estimate
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
+from kvldp.common.params import InvalidParameter
+from kvldp.common.primitives import FloatArray, bit_column_sums, rr_keep
+from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.simplex import project_simplex
+from kvldp.common.stats import Stats
+
+#: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; spec §11.8)
+MAX_D = 10
+#: uniforms drawn per client block (32 MiB of float64)
+PERTURB_CHUNK_BITS = 1 << 22
+
+
+class JointStateMechanism(Mechanism):
+    """A mechanism whose statistics estimate counts of users' joint key states.
+
+    Subclasses implement the client, the statistics and :meth:`cell_sums` (the
+    :class:`~kvldp.common.conditional.CellSumOracle` protocol); per-key estimates and
+    conditional queries then come from :mod:`kvldp.common.conditional`, identically for every
+    such mechanism.
+    """
+
+    @abc.abstractmethod
+    def cell_sums(
+        self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
+    ) -> list[CellSums]:
+        """Estimated users per product set with their within-group covariance (see protocol)."""
+
+    def conditional_many(
+        self, stats: Stats, queries: Sequence[ConditionalQuery], estimator: str = "unbiased"
+    ) -> list[ConditionalEstimate]:
+        """f(k|C) and m(k|C) with standard errors for each query, from one snapshot."""
+        for query in queries:
+            if query.d != self.d:
+                raise InvalidQuery(f"query over {query.d} keys asked of {self!r}")
+        return answer_queries(self, stats, queries, estimator)
+
+    def conditional(
+        self, stats: Stats, query: ConditionalQuery, estimator: str = "unbiased"
+    ) -> ConditionalEstimate:
+        """f(k|C) and m(k|C) for one query (build it with :func:`kvldp.common.conditional.parse_query`)."""
+        return self.conditional_many(stats, [query], estimator)[0]
+
+    def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
+        if options:
+            raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
+        queries = [ConditionalQuery.build(self.d, key) for key in range(self.d)]
+        # the per-key frequency stays raw, as every other mechanism's unbiased frequency
+        answers = answer_queries(self, stats, queries, estimator, clip_frequency=False)
+        mean = np.array([a.mean for a in answers])
+        frequency = np.array([a.frequency for a in answers])
+        return Estimate(
+            mechanism=self.name,
+            estimator=estimator,
+            frequency=frequency,
+            frequency_stderr=np.array([a.frequency_stderr for a in answers]),
+            mean=mean,
+            mean_stderr=np.array([a.mean_stderr for a in answers]),
+            n_reports=stats.n_reports,
+            diagnostics={
+                "undefined_frequencies": int(np.sum(np.isnan(frequency))),
+                "undefined_means": int(np.sum(np.isnan(mean))),
+            },
+        )
+
+
+@register
+class IOH(JointStateMechanism):
+    """Indexing one-hot: the one-hot of a user's joint state over all d keys, every bit by
+    randomized response at eps/2."""
+
+    name = "ioh"
+    summary = "IOH: one-hot of the joint state of all keys (3^d bits), per-bit RR at eps/2 (Sun et al. D0 §V)"
+
+    max_keys = MAX_D
+    max_keys_advice = (
+        f"reports are 3^d bits (3^{MAX_D} bits = {(3**MAX_D + 7) // 8} bytes); collect fewer keys per "
+        "collection, or use the Hadamard-based joint-state mechanism of a later release (O(log) bits)"
+    )
+
+    def _setup(self) -> None:
+        self.n_cells = 3**self.d
+        self.p, self.q = self.ue_probabilities()
+        # Var of one calibrated cell: n * noise + A_i * signal (spec §11.7)
+        self.noise = self.q * (1.0 - self.q) / (self.p - self.q) ** 2
+        self.signal = (1.0 - self.p - self.q) / (self.p - self.q)
+
+    def ue_probabilities(self) -> tuple[float, float]:
+        """(p, q) of the unary encoding: D0's SUE at eps/2 per bit (the one thing an OUE
+        variant changes)."""
+        p = rr_keep(self.epsilon / 2.0)
+        return p, 1.0 - p
+
+    # --------------------------------------------------------------- client
+    def fields(self) -> tuple[Field, ...]:
+        return (Field("a", "bits", 0, self.n_cells),)
+
+    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+        index = joint_index(joint_states(users, rng))
+        n = users.n_users
+        out = np.empty((n, self.fields()[0].nbytes), dtype=np.uint8)
+        block = max(1, PERTURB_CHUNK_BITS // self.n_cells)
+        for start in range(0, n, block):
+            stop = min(n, start + block)
+            rows = np.arange(stop - start)
+            # one uniform per bit: a bit is reported 1 below p at the true index, below q elsewhere
+            u = rng.random((stop - start, self.n_cells))
+            bits = u < self.q
+            bits[rows, index[start:stop]] = u[rows, index[start:stop]] < self.p
+            out[start:stop] = np.packbits(bits, axis=1, bitorder="little")
+        return {"a": out}
+
+    # --------------------------------------------------------------- statistics
+    def stats_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"C": (self.n_cells,)}
+
+    def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
+        arrays["C"] += bit_column_sums(batch["a"], self.n_cells)
+
+    def expected_stats(self, users: KVData) -> Stats:
+        """E[C] = n q + (p - q) E[A], E[A] the expected one-hot sum under Disc."""
+        if users.d != self.d:
+            raise InvalidParameter(f"{self.name} is configured for d={self.d} keys, the data has d={users.d}")
+        n = float(users.n_users)
+        expected = n * self.q + (self.p - self.q) * expected_joint_counts(users)
+        return Stats.expected(self, {"C": expected, "n": np.array([n])})
+
+    # --------------------------------------------------------------- estimation
+    def calibrated(self, stats: Stats) -> FloatArray:
+        """A_hat = (C - n q) / (p - q): unbiased number of users in each joint state."""
+        self.check_stats(stats, "unbiased")
+        n = float(stats.arrays["n"][0])
+        return (stats.arrays["C"].astype(np.float64) - n * self.q) / (self.p - self.q)
+
+    def cell_vector(self, stats: Stats, estimator: str) -> FloatArray:
+        """The cell counts an estimator sums: A_hat, or its projection onto the simplex of
+        total n (Norm-Sub, consistent: no negative cell, cells sum to n)."""
+        self.check_stats(stats, estimator)
+        cells = self.calibrated(stats)
+        return project_simplex(cells, total=float(stats.arrays["n"][0])) if estimator == "normsub" else cells
+
+    def cell_set_variance(self, n: float, size: int, count: float) -> float:
+        """Exact Var of a sum of ``size`` calibrated cells holding ``count`` users (§11.7)."""
+        return size * n * self.noise + count * self.signal
+
+    def cell_sums(
+        self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
+    ) -> list[CellSums]:
+        """Sums of :meth:`cell_vector` over each set, and their covariances.
+
+        Cells are perturbed independently, so Cov(sum_T1, sum_T2) is the variance of the
+        sum over T1 ∩ T2 (again a product set): nested sets share their inner cells'
+        noise and disjoint sets are independent. The population term uses the Norm-Sub
+        cells as plug-in (exact for SUE, where it vanishes). For ``normsub`` the same
+        covariance serves as the linear approximation of the projected estimate.
+        """
+        cells = self.cell_vector(stats, estimator)
+        n = float(stats.arrays["n"][0])
+        # plug-in of the population term; the projection is skipped when SUE makes the term vanish
+        plugin = cells if estimator == "normsub" or self.signal == 0.0 else project_simplex(cells, total=n)
+        out: list[CellSums] = []
+        for group in groups:
+            sets = list(group)
+            for s in sets:
+                if s.d != self.d:
+                    raise InvalidQuery(f"product set over {s.d} keys asked of {self!r}")
+            estimates = np.array([cells[s.cells()].sum() for s in sets])
+            cov = np.zeros((len(sets), len(sets)))
+            for a in range(len(sets)):
+                for b in range(a, len(sets)):
+                    common = sets[a].intersection(sets[b])
+                    if common is not None:
+                        inner = common.cells()
+                        count = float(plugin[inner].sum())
+                        cov[a, b] = cov[b, a] = self.cell_set_variance(n, inner.size, count)
+            out.append(CellSums(estimates, cov))
+        return out
+
+    # --------------------------------------------------------------- privacy
+    def exhaustive_feasible(self) -> bool:
+        """The exhaustive model has 3^d inputs x 3^d bits (2 x 27^d ratios); d <= 3 already
+        covers every kind of index pair, and beyond it the reduced model (checked equal to
+        the exhaustive one for d <= 3 by the tests) is exact and costs O(1)."""
+        return self.d <= 3
+
+    def audit_model(self, exhaustive: bool) -> OutputModel:
+        """Independent bits: Pr[bit c = 1 | user] = q + (p - q) Pr[joint state = c].
+
+        Reduced model: the two users with joint states 0 and 1 (every key <1,-1>; the same
+        with the last key absent) and only bits 0 and 1. For one-hot UE the likelihood
+        ratio of indices I != I' depends on the output only through bits I and I' (every
+        other bit has law Bernoulli(q) under both), and the mechanism is symmetric under
+        any permutation of the cells, so every pair of distinct indices has the same worst
+        ratio as (0, 1); users with fractional values are mixtures of indices and never
+        exceed it (see :mod:`kvldp.common.privacy_audit`).
+        """
+        if exhaustive:
+            users, labels = discrete_users(self.d)
+            in_state = joint_state_probabilities(users)
+        else:
+            in_state = np.eye(2)
+            all_negative = [f"{k}:-1" for k in range(self.d)]
+            labels = ("{" + ", ".join(all_negative) + "}", "{" + ", ".join(all_negative[:-1]) + "}")
+        one = self.q + (self.p - self.q) * in_state
+        factors = np.stack([1.0 - one, one], axis=-1)[:, :, None, :]
+        return ProductModel(np.asarray(factors, dtype=np.float64), tuple(labels))

@@ -1,0 +1,371 @@
+"""PCKV: Padding-and-Sampling with PCKV-UE and PCKV-GRR (Gu et al., USENIX Security 2020; spec §9).
+
+The mechanism classes: configuration, the client, the statistics its reports fold into,
+and the exact audit. The estimators and their standard errors are in
+:mod:`~kvldp.common.mechanisms.pckv_estimate` (:class:`PCKV` inherits them); the split of
+epsilon into (eps1, eps2), the probabilities it gives and the privacy theorems are in
+:mod:`~kvldp.common.mechanisms.pckv_budget`.
+
+Client. Each device pads its set S with ell *distinct* dummy keys d..d+ell-1 and samples
+one pair (§9.1, in the equivalent form of the author's code: with probability
+|S| / max(|S|, ell) a uniform pair of S, otherwise a uniform dummy whose value is 0), then
+discretises the value, v* = Disc(v). The sampled pair is perturbed over the padded domain
+of d' = d + ell keys, which is why every allocation formula depends on d':
+
+* PCKV-UE (§9.2): a ternary vector; the sampled coordinate keeps v* with probability
+  a p, flips it with a(1-p), drops to 0 otherwise; every other coordinate is +-1 with
+  probability b/2 each. The report keeps the *real* coordinates only (fields ``pos`` and
+  ``neg``, LSB-first bitsets of d bits); dropping the dummy coordinates is
+  post-processing, so the mechanism stays eps-LDP and the estimators never need them.
+* PCKV-GRR (§9.3): one pair <k', v'>; with probability a the sampled key with v* kept
+  with probability p, otherwise a uniform other key of the d' with a fair sign. Fields
+  ``k`` in [0, d] and ``v`` in {-1, 0, +1}: any dummy output is reported as k = d, v = 0
+  (post-processing again); a real key always carries v = +-1.
+
+Statistics (both): n1[j] = #reports with +1 at key j, n2[j] = #reports with -1, and n.
+Per key j and user u the report's symbol at j is +1/-1/0 with the same probabilities in
+both protocols — a/2 (1 +- (2p-1) v) when u sampled j, b/2 each otherwise — so the
+estimators and their variances are shared.
+
+Privacy: Theorem 2 (UE) and Theorem 3 (GRR) give the claimed epsilon. The exact audit
+enumerates discrete users and every output.
+"""
+
+from __future__ import annotations
+
+import abc
+import itertools
+import math
+from typing import ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.base import IntArray
+from kvldp.common.mechanisms.padding import sample_slots, slot_weights
+from kvldp.common.mechanisms.pckv_budget import (
+    allocate,
+    grr_probabilities,
+    theorem2_epsilon,
+    theorem3_epsilon,
+    ue_probabilities,
+    utility_gh,
+)
+from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
+from kvldp.common.mechanisms.registry import register
+from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
+from kvldp.common.params import InvalidParameter, Param
+from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip
+from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.stats import Stats
+
+ELL = Param(
+    "ell",
+    int,
+    1,
+    "padding length: each user samples one of max(|S|, ell) slots, empty slots are distinct dummy keys",
+    check=lambda v: 1 <= int(v) <= 1_000_000,
+    check_doc="must be an integer between 1 and 1000000",
+)
+ALLOCATION = Param(
+    "allocation",
+    str,
+    "optimized",
+    "split of epsilon into key budget eps1 and value budget eps2: optimized (D4 Lemma 2/3), "
+    "naive (eps1 = eps2 = eps/2) or nonoptimized (D4 Eq.21: eps2 = eps/2, eps1 = ln[(e^eps + e^(eps/2))/2])",
+    choices=("optimized", "naive", "nonoptimized"),
+)
+COUNT_FLOOR = Param(
+    "count_floor",
+    int,
+    1,
+    "lower clip L of the calibrated counts in Algorithm 4 (1 in the author's code, 0 in others)",
+    check=lambda v: v in (0, 1),
+    check_doc="must be 0 or 1",
+)
+
+#: users whose ternary vectors are generated together (bounds simulator memory to ~4M cells)
+UE_BLOCK_CELLS = 1 << 22
+#: an exact audit may hold at most this many probabilities ...
+MAX_AUDIT_ENTRIES = 1 << 22
+#: ... and compare at most this many (input, input, output) triples
+MAX_AUDIT_WORK = 1 << 28
+
+
+# ---------------------------------------------------------------------- padding and sampling
+def pad_and_sample(users: KVData, ell: int, rng: np.random.Generator) -> tuple[IntArray, NDArray[np.int8]]:
+    """Padding-and-Sampling (§9.1, [X1] form): the sampled key in [0, d + ell) (indices >= d
+    are the ell distinct dummies, uniform among them) and v* = Disc(v), a fair coin for a
+    dummy (v = 0)."""
+    real, key, value = sample_slots(users, ell, rng)
+    dummy = users.d + rng.integers(0, ell, size=users.n_users)
+    return np.where(real, key, dummy).astype(np.int64), disc(value, rng)
+
+
+def bernoulli_positions(trials: int, prob: float, rng: np.random.Generator) -> IntArray:
+    """Sorted indices of the successes among ``trials`` iid Bernoulli(prob) draws.
+
+    Gaps between successes are iid Geometric(prob), so the cost is proportional to the
+    number of successes, not of trials: PCKV-UE's non-sampled coordinates are nonzero with
+    probability b, which is small at large epsilon.
+    """
+    if trials <= 0 or prob <= 0.0:
+        return np.zeros(0, dtype=np.int64)
+    if prob >= 1.0:
+        return np.arange(trials, dtype=np.int64)
+    mean = trials * prob
+    batch = int(mean + 6.0 * math.sqrt(mean) + 16)
+    parts: list[IntArray] = []
+    last = -1
+    while True:
+        pos = last + np.cumsum(rng.geometric(prob, size=batch))
+        parts.append(pos[pos < trials])
+        if pos[-1] >= trials:
+            return np.concatenate(parts).astype(np.int64)
+        last = int(pos[-1])
+
+
+def _count_sets(m: int, max_size: int) -> int:
+    """Number of users over m keys with at most ``max_size`` pairs of values +-1."""
+    return sum(math.comb(m, s) * 2**s for s in range(min(m, max_size) + 1))
+
+
+# ---------------------------------------------------------------------- the shared family
+class PCKV(PCKVEstimation):
+    """What PCKV-UE and PCKV-GRR share: configuration, sampling, statistics, audit inputs.
+
+    The estimators are inherited from
+    :class:`~kvldp.common.mechanisms.pckv_estimate.PCKVEstimation`.
+    """
+
+    params_spec: ClassVar[tuple[Param, ...]] = (ELL, ALLOCATION, COUNT_FLOOR)
+
+    def _setup(self) -> None:
+        self.ell = int(self.params["ell"])
+        self.d_prime = self.d + self.ell
+        self.count_floor = float(self.params["count_floor"])
+        self.eps1, self.eps2 = allocate(self.epsilon, str(self.params["allocation"]), self.name, self.ell)
+        self.a, self.b, self.p = self._probabilities()
+        # a or p rounding to exactly 1 would make the client deterministic (infinite loss)
+        if not (0.0 < self.b < self.a < 1.0 and 0.5 < self.p < 1.0):
+            raise InvalidParameter(
+                f"{self.name}: epsilon={self.epsilon} gives degenerate probabilities in floating point "
+                f"a={self.a}, b={self.b}, p={self.p} (need 0 < b < a < 1 and 1/2 < p < 1)"
+            )
+
+    @abc.abstractmethod
+    def _probabilities(self) -> tuple[float, float, float]:
+        """(a, b, p) from (eps1, eps2, d')."""
+
+    def utility(self) -> tuple[float, float]:
+        """(g, h) of D4 Eq.16 for this configuration (any allocation)."""
+        return utility_gh(self.a, self.b, self.p)
+
+    # --------------------------------------------------------------- statistics
+    def stats_shapes(self) -> dict[str, tuple[int, ...]]:
+        return {"n1": (self.d,), "n2": (self.d,)}
+
+    def expected_stats(self, users: KVData) -> Stats:
+        """E[n1[j]] = n b/2 + sum over holders u of j of w_u (a/2 (1 + (2p-1) v_u) - b/2),
+        w_u = 1/max(|S_u|, ell); E[n2] likewise with -(2p-1). Exact, for any population."""
+        w, _ = slot_weights(users, self.ell)
+        a, b, p = self.a, self.b, self.p
+        base = users.n_users * b / 2.0
+        lift = (2 * p - 1) * users.values
+        lifts = w[:, None] * (a / 2 * (1 + np.stack([lift, -lift], axis=1)) - b / 2)
+        n1 = base + np.bincount(users.keys, weights=lifts[:, 0], minlength=self.d).astype(np.float64)
+        n2 = base + np.bincount(users.keys, weights=lifts[:, 1], minlength=self.d).astype(np.float64)
+        return Stats.expected(self, {"n1": n1, "n2": n2, "n": np.array([float(users.n_users)])})
+
+    # --------------------------------------------------------------- privacy
+    @abc.abstractmethod
+    def _audit_outputs(self, m: int) -> FloatArray:
+        """Pr[output | sampled item] (Z, 2m + 1) for outputs about a sub-domain of m keys;
+        items are (k, +1), (k, -1) for k < m, then "a dummy"."""
+
+    @abc.abstractmethod
+    def _n_audit_outputs(self, m: int) -> int: ...
+
+    def _audit_size_ok(self, n_inputs: int, n_outputs: int) -> bool:
+        return n_inputs * n_outputs <= MAX_AUDIT_ENTRIES and n_inputs**2 * n_outputs <= MAX_AUDIT_WORK
+
+    def exhaustive_feasible(self) -> bool:
+        return self.d <= 20 and self._audit_size_ok(3**self.d, self._n_audit_outputs(self.d))
+
+    def audit_model(self, exhaustive: bool) -> OutputModel:
+        """Exact Pr[output | discrete user] (values +-1; see :mod:`kvldp.common.privacy_audit`).
+
+        Exhaustive: all 3^d users and every output. Reduced: users over the sub-domain of
+        the first m = min(d, 2 ell) keys holding at most ell pairs. That loses nothing:
+
+        * a set with more than ell keys samples uniformly among them, so for any output z
+          its probability is an average of the per-key probabilities, which the ell-subset
+          of its most (least) likely keys for z matches or exceeds (undercuts) — the
+          ell-subset samples each of its keys with probability 1/ell and no dummy; the max
+          over z of max_S Pr[z|S] / min_S' Pr[z|S'] is therefore reached by sets of at most
+          ell keys;
+        * two such sets touch at most 2 ell keys, and the mechanism is symmetric under
+          relabelling the real keys, so some worst pair lies in the sub-domain;
+        * for users inside the sub-domain, what the report says about the other keys has
+          the same law for every user (they are never sampled) and cancels in every ratio
+          (PCKV-UE: the coordinates outside; PCKV-GRR: all outside keys merged into one
+          output). Dummy coordinates are not part of a report at all.
+        """
+        m = self.d if exhaustive else min(self.d, 2 * self.ell)
+        # sizes are counted before anything is enumerated (m > 40 is hopeless anyway)
+        if m > 40 or not self._audit_size_ok(
+            3**m if exhaustive else _count_sets(m, self.ell), self._n_audit_outputs(m)
+        ):
+            raise AuditTooLarge(
+                f"exact {'exhaustive' if exhaustive else 'reduced'} audit of {self.name} with d={self.d}, "
+                f"ell={self.ell} enumerates users over {m} keys: too large (Theorems 2/3 still apply)"
+            )
+        users, labels = discrete_users(m, max_size=None if exhaustive else self.ell)
+        w_pair, w_dummy = slot_weights(users, self.ell)
+        rows = np.repeat(np.arange(users.n_users), users.sizes)
+        weights = np.zeros((users.n_users, 2 * m + 1))
+        weights[rows, 2 * users.keys + (users.values < 0)] = w_pair
+        weights[:, 2 * m] = w_dummy
+        return DenseModel(np.asarray(weights @ self._audit_outputs(m).T, dtype=np.float64), labels)
+
+
+@register
+class PCKVUE(PCKV):
+    """PCKV-UE (§9.2): the sampled pair as a ternary vector; reports the real coordinates."""
+
+    name = "pckv_ue"
+    summary = "PCKV-UE: padding-and-sampling + unary encoding of the sampled key-value pair (Gu et al.)"
+
+    def _probabilities(self) -> tuple[float, float, float]:
+        return ue_probabilities(self.eps1, self.eps2)
+
+    def claimed_epsilon(self) -> float:
+        return theorem2_epsilon(self.eps1, self.eps2)
+
+    # --------------------------------------------------------------- client
+    def fields(self) -> tuple[Field, ...]:
+        return (Field("pos", "bits", 0, self.d), Field("neg", "bits", 0, self.d))
+
+    def _validate_extra(self, batch: ReportBatch) -> list[tuple[NDArray[np.bool_], str]]:
+        overlap = np.any((batch["pos"] & batch["neg"]) != 0, axis=1)
+        return [(overlap, "pos and neg share a bit (a key cannot be both +1 and -1)")]
+
+    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+        """Algorithm 2 on the real coordinates. The sampled coordinate is v* w.p. a p, -v*
+        w.p. a(1-p), else 0; every other coordinate independently +-1 w.p. b/2 each, drawn
+        sparsely (Bernoulli(b) positions, fair signs) in blocks of users."""
+        n, d = users.n_users, self.d
+        keys, vstar = pad_and_sample(users, self.ell, rng)
+        u = rng.random(n)
+        y = np.where(u < self.a * self.p, vstar, np.where(u < self.a, -vstar, 0)).astype(np.int8)
+        nbytes = (d + 7) // 8
+        pos = np.zeros((n, nbytes), dtype=np.uint8)
+        neg = np.zeros((n, nbytes), dtype=np.uint8)
+        block = max(1, UE_BLOCK_CELLS // d)
+        for start in range(0, n, block):
+            rows = min(block, n - start)
+            hits = bernoulli_positions(rows * d, self.b, rng)
+            up = rng.random(hits.size) < 0.5
+            pos_bits = np.zeros((rows, d), dtype=bool)
+            neg_bits = np.zeros((rows, d), dtype=bool)
+            pos_bits.flat[hits[up]] = True
+            neg_bits.flat[hits[~up]] = True
+            # the sampled real coordinate replaces its non-sampled draw (independent cells)
+            r = np.flatnonzero(keys[start : start + rows] < d)
+            k = keys[start + r]
+            pos_bits[r, k] = y[start + r] > 0
+            neg_bits[r, k] = y[start + r] < 0
+            pos[start : start + rows] = np.packbits(pos_bits, axis=1, bitorder="little")
+            neg[start : start + rows] = np.packbits(neg_bits, axis=1, bitorder="little")
+        return {"pos": pos, "neg": neg}
+
+    def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
+        arrays["n1"] += bit_column_sums(batch["pos"], self.d)
+        arrays["n2"] += bit_column_sums(batch["neg"], self.d)
+
+    # --------------------------------------------------------------- privacy
+    def _n_audit_outputs(self, m: int) -> int:
+        return int(3**m)
+
+    def _audit_outputs(self, m: int) -> FloatArray:
+        """Every ternary pattern of the m coordinates: a product over coordinates of
+        b/2 (+-1) or 1-b (0), with the sampled coordinate's factor replaced."""
+        a, b, p = self.a, self.b, self.p
+        y = np.array(list(itertools.product((1, -1, 0), repeat=m)), dtype=np.int64).reshape(-1, m)
+        q = np.where(y == 0, 1 - b, b / 2)
+        base = np.prod(q, axis=1)
+        comp = np.empty((y.shape[0], 2 * m + 1))
+        for sign, offset in ((1, 0), (-1, 1)):
+            r = np.where(y == sign, a * p, np.where(y == -sign, a * (1 - p), 1 - a))
+            comp[:, offset : 2 * m : 2] = base[:, None] / q * r
+        comp[:, 2 * m] = base
+        return comp
+
+
+@register
+class PCKVGRR(PCKV):
+    """PCKV-GRR (§9.3): GRR over the d' padded keys with the value kept w.p. p; reports one pair."""
+
+    name = "pckv_grr"
+    summary = "PCKV-GRR: padding-and-sampling + GRR over the padded key-value pairs (Gu et al.)"
+
+    def _probabilities(self) -> tuple[float, float, float]:
+        return grr_probabilities(self.eps1, self.eps2, self.d_prime)
+
+    def claimed_epsilon(self) -> float:
+        return theorem3_epsilon(self.eps1, self.eps2, self.ell)
+
+    # --------------------------------------------------------------- client
+    def fields(self) -> tuple[Field, ...]:
+        """``k`` in [0, d] (d: a dummy key was output) and ``v`` in {-1, 0, +1} (0 only with k = d)."""
+        return (Field("k", "uint", 0, self.d + 1), Field("v", "int", -1, 2))
+
+    def _validate_extra(self, batch: ReportBatch) -> list[tuple[NDArray[np.bool_], str]]:
+        dummy = batch["k"] == self.d
+        zero = batch["v"] == 0
+        return [
+            (dummy & ~zero, f"k = {self.d} (dummy) must carry v = 0"),
+            (~dummy & zero, "v = 0 is reserved for the dummy key"),
+        ]
+
+    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+        """Algorithm 3: w.p. a the sampled key with v* kept w.p. p; otherwise another key,
+        t uniform in [0, d'-1) shifted past the sampled one, with a fair sign. Dummy
+        outputs become (d, 0)."""
+        n = users.n_users
+        keys, vstar = pad_and_sample(users, self.ell, rng)
+        keep = rng.random(n) < self.a
+        t = rng.integers(0, self.d_prime - 1, size=n)
+        other = t + (t >= keys)
+        fair = np.where(rng.random(n) < 0.5, 1, -1)
+        out_k = np.where(keep, keys, other)
+        out_v = np.where(keep, flip(vstar, self.p, rng), fair)
+        dummy = out_k >= self.d
+        return {
+            "k": np.where(dummy, self.d, out_k).astype(np.int64),
+            "v": np.where(dummy, 0, out_v).astype(np.int64),
+        }
+
+    def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:
+        codes = batch["k"].astype(np.int64) * 3 + (batch["v"].astype(np.int64) + 1)
+        counts = np.bincount(codes, minlength=3 * (self.d + 1)).reshape(self.d + 1, 3)
+        arrays["n1"] += counts[: self.d, 2]
+        arrays["n2"] += counts[: self.d, 0]
+
+    # --------------------------------------------------------------- privacy
+    def _n_audit_outputs(self, m: int) -> int:
+        return 2 * m + 1 + (1 if self.d > m else 0)
+
+    def _audit_outputs(self, m: int) -> FloatArray:
+        """Outputs (k, +1), (k, -1) for k < m, "a real key outside the sub-domain" (when d > m,
+        probability (d - m) b for every item) and "a dummy" (a + (ell-1) b after sampling a
+        dummy, ell b otherwise)."""
+        a, b, p, ell = self.a, self.b, self.p, self.ell
+        comp = np.full((2 * m, 2 * m + 1), b / 2)
+        idx = np.arange(2 * m)
+        comp[idx, idx] = a * p
+        comp[idx, idx ^ 1] = a * (1 - p)
+        extra = [np.append(np.full(2 * m, (self.d - m) * b), (self.d - m) * b)] if self.d > m else []
+        dummy = np.append(np.full(2 * m, ell * b), a + (ell - 1) * b)
+        return np.vstack([comp, *extra, dummy])

@@ -1,0 +1,405 @@
+"""The Grafana dashboard, as code: ``python -m kvldp.dashboard --out FILE`` writes it
+(to standard output without ``--out``); ``make dashboard`` writes the repository's
+``deploy/grafana/dashboards/kvldp.json``. The test suite checks the committed file is
+what this module builds, and runs every PromQL expression in it against a real
+Prometheus scraping real aggregators.
+
+Template variables: ``collection`` (multi-value, regex), ``window`` and ``estimator``.
+The PrivKVM panels (round, reports per round, means published per round) show data for
+interactive collections only; the other panels for every collection.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+DATASOURCE = {"type": "prometheus", "uid": "kvldp-prometheus"}
+SEL = 'collection=~"$collection"'
+EST = f'{SEL}, window="$window", estimator="$estimator"'
+
+
+def _target(expr: str, legend: str, ref: str, instant: bool = False, table: bool = False) -> dict[str, Any]:
+    target: dict[str, Any] = {"datasource": DATASOURCE, "expr": expr, "legendFormat": legend, "refId": ref}
+    if instant:
+        target["instant"] = True
+        target["range"] = False
+    if table:
+        target["format"] = "table"
+    return target
+
+
+def _panel(
+    pid: int,
+    title: str,
+    kind: str,
+    grid: tuple[int, int, int, int],
+    targets: list[dict[str, Any]],
+    description: str,
+    unit: str = "short",
+    options: dict[str, Any] | None = None,
+    transformations: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    x, y, w, h = grid
+    panel: dict[str, Any] = {
+        "id": pid,
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": {"x": x, "y": y, "w": w, "h": h},
+        "targets": targets,
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": options or {},
+    }
+    if transformations:
+        panel["transformations"] = transformations
+    return panel
+
+
+def _variable(name: str, query: str, multi: bool) -> dict[str, Any]:
+    variable: dict[str, Any] = {
+        "name": name,
+        "label": name,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": {"query": query, "refId": f"var-{name}"},
+        "definition": query,
+        "refresh": 2,
+        "sort": 1,
+        "multi": multi,
+        "includeAll": multi,
+    }
+    if multi:
+        variable["allValue"] = ".*"
+    return variable
+
+
+def build() -> dict[str, Any]:
+    merge = [{"id": "merge", "options": {}}]
+    panels = [
+        _panel(
+            1,
+            "Reports folded per second",
+            "timeseries",
+            (0, 0, 8, 7),
+            [_target(f"sum by (collection) (rate(kvldp_reports_total{{{SEL}}}[1m]))", "{{collection}}", "A")],
+            "Reports folded into the statistics (kvldp_reports_total).",
+            "reqps",
+        ),
+        _panel(
+            2,
+            "Rejected per second, by reason",
+            "timeseries",
+            (8, 0, 8, 7),
+            [
+                _target(
+                    f"sum by (collection, reason) (rate(kvldp_reports_rejected_total{{{SEL}}}[5m]))",
+                    "{{collection}} {{reason}}",
+                    "A",
+                )
+            ],
+            "Messages sent to the dead-letter topic (kvldp_reports_rejected_total).",
+            "reqps",
+        ),
+        _panel(
+            3,
+            "Consumer lag",
+            "timeseries",
+            (16, 0, 8, 7),
+            [_target(f"sum by (collection) (kvldp_consumer_lag_messages{{{SEL}}})", "{{collection}}", "A")],
+            "Records in the reports topic not yet folded.",
+        ),
+        _panel(
+            4,
+            "Refit duration",
+            "timeseries",
+            (0, 7, 8, 7),
+            [
+                _target(
+                    "histogram_quantile(0.9, sum by (collection, le) "
+                    f"(rate(kvldp_refit_duration_seconds_bucket{{{SEL}}}[5m])))",
+                    "p90 {{collection}}",
+                    "A",
+                ),
+                _target(
+                    f"sum by (collection) (rate(kvldp_refit_duration_seconds_sum{{{SEL}}}[5m])) / "
+                    f"sum by (collection) (rate(kvldp_refit_duration_seconds_count{{{SEL}}}[5m]))",
+                    "mean {{collection}}",
+                    "B",
+                ),
+            ],
+            "Seconds per refit of all windows and estimators.",
+            "s",
+        ),
+        _panel(
+            5,
+            "Seconds since the last refit",
+            "stat",
+            (8, 7, 8, 7),
+            [_target(f"time() - kvldp_last_refit_timestamp_seconds{{{SEL}}}", "{{collection}}", "A")],
+            "Age of the estimates on display.",
+            "s",
+            {"reduceOptions": {"calcs": ["lastNotNull"]}},
+        ),
+        _panel(
+            6,
+            "EM iterations",
+            "timeseries",
+            (16, 7, 8, 7),
+            [_target(f'kvldp_em_iterations{{{SEL}, window="$window"}}', "{{collection}}", "A")],
+            "Iterations of the last EM refit (warm-started).",
+        ),
+        _panel(
+            7,
+            "Top keys by estimated frequency",
+            "bargauge",
+            (0, 14, 12, 10),
+            [_target(f"topk(20, kvldp_frequency{{{EST}}})", "{{key}}", "A", instant=True)],
+            "Fraction of devices holding each key (kvldp_frequency).",
+            "percentunit",
+            {
+                "orientation": "horizontal",
+                "displayMode": "gradient",
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+            },
+        ),
+        _panel(
+            8,
+            "Frequency ± standard error",
+            "table",
+            (12, 14, 12, 10),
+            [
+                _target(f"kvldp_frequency{{{EST}}}", "", "A", instant=True, table=True),
+                _target(f"kvldp_frequency_stderr{{{EST}}}", "", "B", instant=True, table=True),
+            ],
+            "Value #A is the estimate, Value #B its standard error.",
+            "percentunit",
+            transformations=merge,
+        ),
+        _panel(
+            9,
+            "Mean per key with ±2 standard errors",
+            "timeseries",
+            (0, 24, 24, 9),
+            [
+                _target(f"kvldp_mean{{{EST}}}", "{{key}}", "A"),
+                _target(f"kvldp_mean{{{EST}}} + 2 * kvldp_mean_stderr{{{EST}}}", "{{key}} +2se", "B"),
+                _target(f"kvldp_mean{{{EST}}} - 2 * kvldp_mean_stderr{{{EST}}}", "{{key}} -2se", "C"),
+            ],
+            "Mean value among the key's holders, in the collection's units, with its ±2 standard-error band.",
+        ),
+        _panel(
+            10,
+            "Conditional frequency f(key | condition)",
+            "table",
+            (0, 33, 12, 10),
+            [
+                _target(f"kvldp_conditional_frequency{{{EST}}}", "", "A", instant=True, table=True),
+                _target(f"kvldp_conditional_frequency_stderr{{{EST}}}", "", "B", instant=True, table=True),
+            ],
+            "Rows: target key and condition (joint-state collections); A estimate, B standard error.",
+            "percentunit",
+            transformations=merge,
+        ),
+        _panel(
+            11,
+            "Conditional mean m(key | condition)",
+            "table",
+            (12, 33, 12, 10),
+            [
+                _target(f"kvldp_conditional_mean{{{EST}}}", "", "A", instant=True, table=True),
+                _target(f"kvldp_conditional_mean_stderr{{{EST}}}", "", "B", instant=True, table=True),
+            ],
+            "Mean of the key among devices meeting the condition; A estimate, B standard error.",
+            transformations=merge,
+        ),
+        _panel(
+            12,
+            "Duplicates dropped and topic resets",
+            "timeseries",
+            (0, 43, 8, 7),
+            [
+                _target(
+                    f"sum by (collection) (increase(kvldp_duplicates_total{{{SEL}}}[5m]))",
+                    "duplicates/5m {{collection}}",
+                    "A",
+                ),
+                _target(
+                    f"sum by (collection) (kvldp_topic_resets_total{{{SEL}}})", "resets {{collection}}", "B"
+                ),
+            ],
+            "Resent reports counted once thanks to their report ids; input partitions found reset "
+            "(a broker that lost its data, a recreated topic) — see docs/reliability.md.",
+        ),
+        _panel(
+            13,
+            "Checkpoints",
+            "timeseries",
+            (8, 43, 8, 7),
+            [
+                _target(
+                    "histogram_quantile(0.9, sum by (collection, le) "
+                    f"(rate(kvldp_checkpoint_duration_seconds_bucket{{{SEL}}}[5m])))",
+                    "p90 duration {{collection}}",
+                    "A",
+                ),
+                _target(
+                    f"time() - max by (collection) (kvldp_last_checkpoint_timestamp_seconds{{{SEL}}})",
+                    "age {{collection}}",
+                    "B",
+                ),
+            ],
+            "Seconds per checkpoint (file or state-topic snapshot), and since the last one: what a "
+            "crash would make the aggregator re-read.",
+            "s",
+        ),
+        _panel(
+            14,
+            "Privacy budget per device and window (ε)",
+            "stat",
+            (16, 43, 8, 7),
+            [_target(f"kvldp_privacy_budget_epsilon{{{SEL}}}", "{{collection}}", "A")],
+            "ε x max_reports_per_device: the most a device can spend per budget window "
+            "(collections with a budget ledger).",
+            "short",
+            {"reduceOptions": {"calcs": ["lastNotNull"]}},
+        ),
+        _panel(
+            15,
+            "Privacy spent per device (ε)",
+            "timeseries",
+            (0, 50, 24, 8),
+            [
+                _target(
+                    f"sum by (collection) (kvldp_device_privacy_spent_epsilon_sum{{{SEL}}}) / "
+                    f"sum by (collection) (kvldp_device_privacy_spent_epsilon_count{{{SEL}}})",
+                    "mean {{collection}}",
+                    "A",
+                ),
+                _target(
+                    "histogram_quantile(0.5, sum by (collection, le) "
+                    f"(kvldp_device_privacy_spent_epsilon_bucket{{{SEL}}}))",
+                    "median {{collection}}",
+                    "B",
+                ),
+                _target(
+                    "histogram_quantile(1, sum by (collection, le) "
+                    f"(kvldp_device_privacy_spent_epsilon_bucket{{{SEL}}}))",
+                    "max (bucket bound) {{collection}}",
+                    "C",
+                ),
+            ],
+            "Epsilon each device has spent on the collection, as the server counts it: per-report ε "
+            "x reports (memoized collections: x distinct reports; PrivKVM: the costs of the rounds it "
+            "reported in). Collections with a [privacy] table, and interactive ones. The buckets are whole "
+            "multiples of ε (PrivKVM: the cumulative costs of rounds 1, 2, ..., c); the median is "
+            "interpolated inside them and the max is the upper bound of the highest occupied one.",
+            "short",
+        ),
+        _panel(
+            16,
+            "PrivKVM round (open round; once complete, the rounds run)",
+            "stat",
+            (0, 58, 6, 9),
+            [
+                _target(f"kvldp_round{{{SEL}}}", "{{collection}} round", "A", instant=True),
+                _target(
+                    f"kvldp_rounds_complete{{{SEL}}}", "{{collection}} complete (1 = yes)", "B", instant=True
+                ),
+            ],
+            "Interactive collections: the round the aggregator has open (1-based) and whether the last "
+            "round closed. A round closes once it holds round_min_reports reports and round_period "
+            "has passed; the means it yields are published on kvldp.<name>.control.",
+            "short",
+            {"reduceOptions": {"calcs": ["lastNotNull"]}, "textMode": "value_and_name"},
+        ),
+        _panel(
+            17,
+            "PrivKVM reports per round",
+            "bargauge",
+            (6, 58, 18, 9),
+            [_target(f"kvldp_round_reports{{{SEL}}}", "{{collection}} round {{round}}", "A", instant=True)],
+            "Reports folded in each round so far (kvldp_round_reports); each device reports at most "
+            "once per round.",
+            "short",
+            {
+                "orientation": "horizontal",
+                "displayMode": "gradient",
+                "reduceOptions": {"calcs": ["lastNotNull"]},
+            },
+        ),
+        _panel(
+            18,
+            "PrivKVM means published per round",
+            "table",
+            (0, 67, 24, 10),
+            [
+                _target(
+                    f'label_join(kvldp_round_mean{{{SEL}}}, "series", " ", "collection", "key")',
+                    "",
+                    "A",
+                    instant=True,
+                    table=True,
+                )
+            ],
+            "Rows: collection and key; columns: rounds. The mean m(r) published when round r closed, "
+            "in the collection's units (kvldp_round_mean): non-holders perturb it in the next round, "
+            "so the means converge round by round.",
+            transformations=[
+                {
+                    "id": "groupingToMatrix",
+                    "options": {"rowField": "series", "columnField": "round", "valueField": "Value"},
+                }
+            ],
+        ),
+    ]
+    return {
+        "uid": "kvldp",
+        "title": "kvldp — key-value telemetry under local differential privacy",
+        "tags": ["kvldp", "ldp"],
+        "timezone": "browser",
+        "schemaVersion": 39,
+        "version": 1,
+        "refresh": "10s",
+        "time": {"from": "now-1h", "to": "now"},
+        "editable": True,
+        "templating": {
+            "list": [
+                _variable("collection", "label_values(kvldp_reports_total, collection)", multi=True),
+                _variable("window", f"label_values(kvldp_frequency{{{SEL}}}, window)", multi=False),
+                _variable("estimator", f"label_values(kvldp_frequency{{{SEL}}}, estimator)", multi=False),
+            ]
+        },
+        "panels": panels,
+    }
+
+
+def render() -> str:
+    return json.dumps(build(), indent=2, ensure_ascii=False) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m kvldp.dashboard", description="Write kvldp's Grafana dashboard (JSON)."
+    )
+    parser.add_argument("--out", metavar="FILE", type=Path, help="write here (default: standard output)")
+    args = parser.parse_args(argv)
+    if args.out is None:
+        sys.stdout.write(render())
+        return 0
+    try:
+        args.out.write_text(render(), encoding="utf-8")
+    except OSError as exc:
+        print(f"python -m kvldp.dashboard: error: cannot write {args.out}: {exc.strerror}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,32 @@
+"""kvldp's device SDK: perturb key-value pairs on the device and publish the reports.
+
+>>> from kvldp.producer import Collector
+>>> collector = Collector("checkout.toml", bootstrap_servers="kafka:9092")  # doctest: +SKIP
+
+:class:`Collector` reads the collection file the aggregator reads too, perturbs every
+report locally (raw values never leave the device), keeps the device's privacy state and
+publishes to Kafka. The package holds what runs on a device and nothing else: the
+collector, the device's privacy state, the SDK's input pairs and its rule on packing
+reports, and the follower of an interactive collection's rounds. Importing it loads the
+SDK only: not the aggregator, the simulations, the experiments or the benchmarks.
+"""
+
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import load_collection
+from kvldp.common.errors import KvldpError
+from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.kafka.client_config import KafkaConfig
+from kvldp.kafka.client_start import KafkaStartError
+from kvldp.producer.collector import Collector
+from kvldp.producer.device_state import ReportStatus
+
+__all__ = [
+    "Collection",
+    "Collector",
+    "KafkaConfig",
+    "KafkaStartError",
+    "KvldpError",
+    "PrivacyBudgetExhausted",
+    "ReportStatus",
+    "load_collection",
+]

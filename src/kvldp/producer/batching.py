@@ -1,0 +1,39 @@
+"""One report per message: which collections refuse to pack reports.
+
+A gateway or simulator may pack up to ``batch_size`` reports per Kafka message, but a
+collection that memoizes reports, limits reports per ``report_period`` or reports in
+rounds needs each report in a message of its own, keyed by its device: the aggregator
+tells devices apart by the Kafka key. :class:`~kvldp.producer.collector.Collector`
+checks this before publishing; the command line checks it before starting.
+"""
+
+from __future__ import annotations
+
+from kvldp.common.collection import Collection
+from kvldp.common.control_record import is_interactive
+from kvldp.common.errors import KvldpError
+
+
+class BatchingRefused(KvldpError):
+    """A ``batch_size`` above 1 for a collection whose reports must each be their own message."""
+
+
+def check_batching(collection: Collection, batch_size: int) -> None:
+    """Raise :class:`BatchingRefused` if ``collection`` needs one report per message (it
+    memoizes, limits reports per period, or reports in rounds: the record key must name
+    the device)."""
+    privacy = collection.privacy
+    if batch_size > 1 and (
+        privacy.memoize or privacy.report_period_s is not None or is_interactive(collection)
+    ):
+        rule = (
+            "memoizes reports"
+            if privacy.memoize
+            else "reports once per device and round"
+            if is_interactive(collection)
+            else "limits reports per report_period"
+        )
+        raise BatchingRefused(
+            f"collection {collection.name} {rule}: each report is its own message keyed by its "
+            f"device, so batch_size must be 1, got {batch_size}"
+        )

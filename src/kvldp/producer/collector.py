@@ -1,0 +1,453 @@
+"""The device SDK: perturb locally, encode, publish. Raw values never leave it.
+
+``Collector(collection, bootstrap_servers=...)`` — or, for a secured cluster,
+``Collector(collection, kafka_config="client.properties")`` (see
+:mod:`kvldp.kafka.client_config`) — maps key names to indices, normalises
+raw values into [-1, 1] with the collection's ``value_range`` (see
+:mod:`kvldp.producer.pairs`), perturbs with the
+collection's mechanism (from :mod:`common`) using an RNG seeded from the operating
+system — unpredictable to the server — and publishes msgpack reports (see
+:mod:`kvldp.common.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
+reports stay in one partition. Every report carries a random non-zero 64-bit report id
+(``rid``, from the OS entropy pool whatever ``rng`` is) so that the aggregator counts a
+report the producer had to resend only once.
+
+A send counts as done when the broker acknowledged it with the collector's ``acks``:
+``"all"`` (the default) waits until every in-sync replica holds the report, so a leader
+failover cannot lose it; ``1`` waits for the leader only (a failover right after the
+acknowledgement loses the report); ``0`` waits for nothing (fire-and-forget telemetry).
+
+A gateway (or a simulator) that speaks for many devices may pack up to ``batch_size``
+reports per Kafka message; each batch stays under the collection's message size cap.
+Some collections need one report per message (:mod:`kvldp.producer.batching`).
+
+A collection with a ``[privacy]`` table makes every device follow the spending rule of
+:mod:`kvldp.common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
+``report_period``), with the device's own state in a file (``state_path``, see
+:mod:`kvldp.producer.device_state`) or in memory, and one in-memory state per other device id a
+gateway or simulator reports for. Memoized and period-limited reports go out one per
+message, keyed by their device id, because the aggregator tells devices apart by the Kafka
+key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
+come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
+that perturbs whole blocks of devices at once.
+
+An interactive collection (PrivKVM) reports in rounds: the collector follows the
+collection's control topic (:mod:`kvldp.producer.control_follower`) and every report is for the open
+round, perturbed with the means published for it and tagged with their digest. Each
+device reports at most once per round and spends that round's epsilon
+(:meth:`kvldp.producer.device_state.DeviceState.round_report`); once the last round closed,
+nothing is sent (``ROUNDS_DONE``). Its reports go out one per message, keyed by device.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+from aiokafka import AIOKafkaProducer
+from numpy.typing import NDArray
+
+from kvldp.common.collection import Collection
+from kvldp.common.collection_fields import InvalidCollection
+from kvldp.common.collection_file import load_collection
+from kvldp.common.control_record import Control, interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.kvdata import KVData
+from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.common.schema import ReportBatch, from_rows
+from kvldp.common.wire import WireFormat
+from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
+from kvldp.kafka.client_start import close_quietly, start_or_close
+from kvldp.producer.batching import check_batching
+from kvldp.producer.control_follower import ControlFollower
+from kvldp.producer.device_state import (
+    DeviceState,
+    Fleet,
+    FleetSummary,
+    ReportStatus,
+    period_of,
+    tracks_privacy,
+)
+from kvldp.producer.pairs import device_key, users_from_pairs
+
+#: sends in flight before the SDK waits for acknowledgements (bounds memory)
+MAX_IN_FLIGHT = 2000
+#: devices perturbed per vectorised step
+PERTURB_BLOCK = 4096
+#: seconds a device waits for the open round of an interactive collection
+CONTROL_TIMEOUT_S = 60.0
+#: the producer acknowledgements a collector accepts: none, the leader's, every in-sync replica's
+ACKS = (0, 1, "all")
+
+logger = logging.getLogger("kvldp.producer")
+
+
+def secure_rng() -> np.random.Generator:
+    """A generator seeded from the OS entropy pool (spec §0.3: unpredictable to the server)."""
+    return np.random.default_rng(secrets.randbits(128))
+
+
+class Collector:
+    """Publishes locally perturbed reports of one collection.
+
+    ``state_path`` keeps this device's privacy state (secret, memo table, ledger) in a
+    file across restarts; without it the state lives in memory, and for a collection with
+    a ``[privacy]`` table the first report logs a warning (logger ``kvldp.producer``) that
+    spending is not remembered across restarts. Collections without the table have
+    nothing to enforce and log nothing (this device's reports are still counted for
+    :meth:`privacy_spent`). The states of other device ids a gateway or simulator reports
+    for live in memory only, for the life of this collector. ``clock`` gives report times
+    in seconds since the epoch.
+    """
+
+    def __init__(
+        self,
+        collection: Collection | str | Path,
+        bootstrap_servers: str | None = None,
+        rng: np.random.Generator | None = None,
+        device_id: str | None = None,
+        client_id: str = "kvldp-producer",
+        producer: AIOKafkaProducer | None = None,
+        state_path: str | Path | None = None,
+        clock: Callable[[], float] = time.time,
+        control_timeout: float = CONTROL_TIMEOUT_S,
+        *,
+        kafka_config: KafkaConfig | str | Path | Mapping[str, object] | None = None,
+        acks: int | str = "all",
+    ) -> None:
+        if acks not in ACKS:
+            raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
+        self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
+        #: where and how to connect (``bootstrap_servers`` overrides the config's address)
+        self.kafka = resolve_kafka_config(bootstrap_servers, kafka_config)
+        self.wire = WireFormat(self.collection)
+        self.rng = rng if rng is not None else secure_rng()
+        # never from ``rng``: two simulators seeded alike must not share report ids
+        self._rid_rng = secure_rng()
+        self.clock = clock
+        #: this device's privacy state; its id is the one this SDK instance reports under
+        #: (the Kafka key): ``device_id``, else the one stored in ``state_path``, else random
+        if state_path is None:
+            self.state = DeviceState.new(self.collection, device_id)
+        else:
+            self.state = DeviceState.open(state_path, self.collection, device_id)
+            if device_id and device_id != self.state.device_id:
+                self.state.device_id = device_id
+                self.state.save()
+        self.device_id = self.state.device_id
+        #: states of the other device ids this collector reports for (gateways, simulators)
+        self.fleet = Fleet(self.collection)
+        self._tracked = tracks_privacy(self.collection)
+        self._warn_unsaved = self._tracked and state_path is None
+        self.acks = acks
+        self._producer = producer or AIOKafkaProducer(
+            **self.kafka.client_options(client_id),
+            acks=acks,
+            linger_ms=5,
+            max_request_size=max(self.collection.aggregate.max_message_bytes * 2, 1 << 20),
+            enable_idempotence=False,
+        )
+        self._pending: list[asyncio.Future[Any]] = []
+        self.sent_reports = 0
+        self.sent_messages = 0
+        #: the open round of an interactive collection (None for the others)
+        self.control = (
+            ControlFollower(self.collection, self.kafka) if is_interactive(self.collection) else None
+        )
+        self.control_timeout = control_timeout
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """The address this collector connects to (from its Kafka settings)."""
+        return self.kafka.bootstrap_servers
+
+    async def start(self) -> None:
+        """Connect (a failed start closes every client it opened; TLS and SASL failures
+        raise :class:`kvldp.kafka.client_start.KafkaStartError`, one line naming the setting)."""
+        await start_or_close(self._producer, self.kafka)
+        if self.control is not None:
+            try:
+                await self.control.start()
+            except BaseException:
+                await close_quietly(self._producer)
+                raise
+
+    async def stop(self) -> None:
+        try:
+            await self.flush()
+        finally:
+            if self.control is not None:
+                await self.control.stop()
+            await self._producer.stop()
+
+    async def __aenter__(self) -> Collector:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def users_from_pairs(self, devices: Iterable[Mapping[str, float]]) -> KVData:
+        return users_from_pairs(self.collection, devices)
+
+    # ------------------------------------------------------------------ privacy
+    def _state_of(self, device_id: str | bytes | int) -> DeviceState:
+        key = device_key(device_id)
+        if key != device_key(self.device_id):
+            return self.fleet.state(key)
+        if self._warn_unsaved:
+            self._warn_unsaved = False
+            logger.warning(
+                "collection %s: no state_path, so device %s keeps its privacy spending in memory "
+                "only; a restart forgets it",
+                self.collection.name,
+                self.device_id,
+            )
+        return self.state
+
+    def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
+        if device_id is None or device_key(device_id) == device_key(self.device_id):
+            return self.state
+        return self.fleet.states.get(device_key(device_id))
+
+    def privacy_spent(self, device_id: str | bytes | int | None = None) -> float:
+        """Epsilon spent on this collection by this device, or by another ``device_id`` this
+        collector reported for (those are only counted for collections with a ``[privacy]``
+        table)."""
+        state = self._known_state(device_id)
+        return 0.0 if state is None else state.spent(self.collection)
+
+    def privacy_remaining(self, device_id: str | bytes | int | None = None) -> float:
+        """Epsilon left under ``lifetime_epsilon`` (``math.inf`` without one)."""
+        state = self._known_state(device_id)
+        if state is None:
+            cap = self.collection.privacy.lifetime_epsilon
+            return math.inf if cap is None else cap
+        return state.remaining(self.collection)
+
+    def _per_message(self, batch_size: int) -> int:
+        check_batching(self.collection, batch_size)
+        return max(1, min(batch_size, self.wire.max_batch()))
+
+    # ------------------------------------------------------------------ publishing
+    async def _send(self, value: bytes, key: bytes, timestamp_ms: int) -> None:
+        fut = await self._producer.send(
+            self.collection.reports_topic, value=value, key=key, timestamp_ms=timestamp_ms
+        )
+        self._pending.append(fut)
+        self.sent_messages += 1
+        if len(self._pending) >= MAX_IN_FLIGHT:
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Wait until every message sent so far is acknowledged by the broker, with this
+        collector's ``acks`` (by default every in-sync replica holds it)."""
+        pending, self._pending = self._pending, []
+        if pending:
+            await asyncio.gather(*pending)
+
+    async def report(
+        self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None
+    ) -> ReportStatus:
+        """Perturb one device's pairs (key name -> raw value) and publish one report, keyed
+        by ``device_id`` (default: this collector's id).
+
+        Returns SENT (a report that cost epsilon), RESENT (a memoized state sent again,
+        free) or SKIPPED_PERIOD (nothing sent: this device already reported in this
+        ``report_period``); for an interactive collection SKIPPED_ROUND (already reported
+        in the open round) or ROUNDS_DONE (the last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
+        untouched) if the report would take the device past ``lifetime_epsilon``.
+        """
+        device = device_id if device_id is not None else self.device_id
+        summary = await self.publish_users(self.users_from_pairs([pairs]), [device])
+        if summary.skipped_round:
+            return ReportStatus.SKIPPED_ROUND
+        if summary.rounds_done:
+            return ReportStatus.ROUNDS_DONE
+        if summary.exhausted:
+            state = self._state_of(device)
+            raise PrivacyBudgetExhausted(
+                f"collection {self.collection.name}: a report would take device {state.device_id} past "
+                f"lifetime_epsilon={self.collection.privacy.lifetime_epsilon:g} "
+                f"(spent {state.spent(self.collection):g}); nothing was sent"
+            )
+        if summary.resent:
+            return ReportStatus.RESENT
+        return ReportStatus.SKIPPED_PERIOD if summary.skipped_period else ReportStatus.SENT
+
+    async def report_many(
+        self,
+        devices: Sequence[Mapping[str, float]],
+        device_ids: Sequence[str | bytes | int] | None = None,
+        batch_size: int = 1,
+    ) -> FleetSummary:
+        """Perturb many devices' pairs and publish them, ``batch_size`` reports per message
+        (a gateway). Without ``device_ids`` every report is keyed by this collector's id.
+        The spending rule applies per device id as in :meth:`publish_users`."""
+        ids = list(device_ids) if device_ids is not None else [self.device_id] * len(devices)
+        if len(devices) != len(ids):
+            raise ValueError("one device id per device is required")
+        return await self.publish_users(self.users_from_pairs(devices), ids, batch_size=batch_size)
+
+    async def publish_users(
+        self,
+        users: KVData,
+        device_ids: Sequence[str | bytes | int],
+        batch_size: int = 1,
+        rate: float | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> FleetSummary:
+        """The vectorised path for normalised user data (simulators and gateways).
+
+        ``rate`` caps devices per second; ``on_progress`` is called with the number of
+        devices handled since the last call. For a collection with a ``[privacy]`` table
+        every device id follows the spending rule with its own state; a device over its
+        ``lifetime_epsilon`` is skipped and counted (never raised, unlike :meth:`report`),
+        as is one that already reported in the current ``report_period``. Returns the
+        counts of what happened.
+        """
+        if users.d != self.collection.d:
+            raise InvalidCollection(
+                f"data has {users.d} keys, collection {self.collection.name} has {self.collection.d}"
+            )
+        if users.n_users != len(device_ids):
+            raise ValueError("one device id per device is required")
+        per_message = self._per_message(batch_size)
+        if self.control is not None:
+            control = await self.control.wait(timeout=self.control_timeout)
+            summary = await self.publish_round(users, device_ids, control)
+            if on_progress is not None:
+                on_progress(users.n_users)
+            return summary
+        # perturb in blocks of whole messages, so that no gateway batch is cut short
+        step = per_message * max(1, PERTURB_BLOCK // per_message)
+        summary = FleetSummary()
+        started = time.monotonic()
+        done = 0
+        for block_start in range(0, users.n_users, step):
+            block = users.rows(block_start, min(users.n_users, block_start + step))
+            ids = device_ids[block_start : block_start + block.n_users]
+            if self._tracked:
+                summary.add(await self._publish_tracked(block, ids, per_message))
+            else:
+                self._charge_own(ids)
+                batch = self.collection.mechanism.perturb_many(block, self.rng)
+                await self._publish_batch(batch, ids, per_message, self._now_ms())
+                summary.sent += block.n_users
+            done += block.n_users
+            if on_progress is not None:
+                on_progress(block.n_users)
+            if rate:
+                ahead = done / rate - (time.monotonic() - started)
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        self.sent_reports += summary.published
+        return summary
+
+    async def publish_round(
+        self, users: KVData, device_ids: Sequence[str | bytes | int], control: Control
+    ) -> FleetSummary:
+        """Every device's report for the round ``control`` opens (interactive collections):
+        the devices that may report (each records its spend first) are perturbed at once
+        with the published means, in the blocks of the in-process ``collect``, and sent one
+        per message keyed by device."""
+        summary = FleetSummary()
+        if control.complete:
+            summary.rounds_done = users.n_users
+            return summary
+        keep: list[int] = []
+        for u, device in enumerate(device_ids):
+            status = self._state_of(device).round_report(self.collection, control.round)
+            summary.count(status)
+            if status is ReportStatus.SENT:
+                keep.append(u)
+        if not keep:
+            return summary
+        members = users if len(keep) == users.n_users else users.take(np.asarray(keep, dtype=np.int64))
+        mechanism = interactive_mechanism(self.collection)
+        batch = mechanism.perturb_round_many(members, self.rng, control.round, control.means)
+        await self._publish_batch(batch, [device_ids[u] for u in keep], 1, self._now_ms())
+        self.sent_reports += len(keep)
+        return summary
+
+    async def _publish_tracked(
+        self, block: KVData, device_ids: Sequence[str | bytes | int], per_message: int
+    ) -> FleetSummary:
+        """One block under the spending rule: decide (and record) per device, then send.
+
+        Memoized devices need one keyed mechanism call per state they never reported
+        before (their randomness is their own); a re-send is a lookup. Without
+        memoization the block is perturbed at once and the reports that may go are kept.
+        """
+        ts_ms = self._now_ms()
+        period = period_of(self.collection, ts_ms)
+        summary = FleetSummary()
+        keep: list[int] = []
+        if self.collection.privacy.memoize:
+            reports = []
+            for u, device in enumerate(device_ids):
+                lo, hi = int(block.indptr[u]), int(block.indptr[u + 1])
+                status, report = self._state_of(device).memoized(
+                    self.collection, block.keys[lo:hi], block.values[lo:hi], period
+                )
+                summary.count(status)
+                if report is not None:
+                    reports.append(report)
+                    keep.append(u)
+            if not keep:
+                return summary
+            batch = from_rows(reports, self.wire.fields)
+        else:
+            for u, device in enumerate(device_ids):
+                status = self._state_of(device).fresh(self.collection, period)
+                summary.count(status)
+                if status is ReportStatus.SENT:
+                    keep.append(u)
+            if not keep:
+                return summary
+            batch = self.collection.mechanism.perturb_many(block, self.rng)
+            if len(keep) < block.n_users:
+                rows = np.asarray(keep)
+                batch = {name: column[rows] for name, column in batch.items()}
+        await self._publish_batch(batch, [device_ids[u] for u in keep], per_message, ts_ms)
+        return summary
+
+    def _charge_own(self, device_ids: Sequence[str | bytes | int]) -> None:
+        """Without a ``[privacy]`` table nothing is enforced, but this device's reports still
+        cost epsilon each: count them (before sending) so that :meth:`privacy_spent` is true."""
+        own = device_key(self.device_id)
+        mine = sum(1 for device in device_ids if device_key(device) == own)
+        if mine:
+            self.state.charged += mine
+            self.state.save()
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+    def report_ids(self, n: int) -> NDArray[np.uint64]:
+        """``n`` random non-zero report ids."""
+        return self._rid_rng.integers(1, 2**64, size=n, dtype=np.uint64)
+
+    async def _publish_batch(
+        self, batch: ReportBatch, device_ids: Sequence[str | bytes | int], per_message: int, now: int
+    ) -> None:
+        n = len(device_ids)
+        rids = self.report_ids(n)
+        if per_message == 1:
+            for value, device in zip(self.wire.encode_many(batch, now, rids), device_ids, strict=True):
+                await self._send(value, device_key(device), now)
+            return
+        for start in range(0, n, per_message):
+            part = {name: column[start : start + per_message] for name, column in batch.items()}
+            value = self.wire.encode_batch(part, ts_ms=now, rids=rids[start : start + per_message])
+            await self._send(value, device_key(device_ids[start]), now)

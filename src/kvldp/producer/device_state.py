@@ -1,0 +1,343 @@
+"""What a device remembers about one collection so that its privacy spending is kept.
+
+A device that reports for a long time must never forget what it already spent
+(:mod:`kvldp.common.privacy`). :class:`DeviceState` holds, for one collection:
+
+* the device **secret** (:func:`kvldp.common.memo.new_secret`, created once, never sent), which
+  keys the alpha-point rounding and the memoized reports;
+* the **memo table**: state fingerprint -> the payload first derived for that state. A
+  re-send is a table lookup, so it is byte-identical even if numpy's generators change;
+* the **ledger**: how many reports were charged epsilon, the last report period, and
+  for an interactive collection (PrivKVM) the rounds the device reported in: round r
+  costs the mechanism's ``round_epsilon(r)``, and a second report in one round is refused.
+
+With a path the state lives in one file (msgpack, tagged with a format name, a version,
+the collection's name and digest), written atomically with mode 0600 (temp file in the
+same directory, fsync, rename, fsync of the directory). The spending rule always records
+a spend in the file *before* the report is handed to Kafka: a crash may lose a report,
+never a spend. A file that is corrupt, of another format, or of another collection (or
+digest) raises :class:`InvalidDeviceState` naming the file, and is left untouched.
+
+Without a path the state lives in memory only (gateways and simulators: one state per
+device id, in a :class:`Fleet`).
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from kvldp.common.collection import Collection
+from kvldp.common.control_record import interactive_mechanism, is_interactive
+from kvldp.common.errors import KvldpError
+from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
+from kvldp.common.primitives import FloatArray, IntArray
+from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
+from kvldp.common.schema import Report
+
+FORMAT = "kvldp-device-state"
+VERSION = 2
+_V1_FIELDS = frozenset(
+    ("format", "version", "collection", "digest", "device_id", "secret", "charged", "last_period", "memo")
+)
+_FIELDS = _V1_FIELDS | {"rounds"}
+
+
+class InvalidDeviceState(KvldpError):
+    """A device state file cannot be used (corrupt, another format, another collection,
+    or not writable)."""
+
+
+class ReportStatus(enum.Enum):
+    """What happened to one device's report."""
+
+    #: sent; it cost the collection's epsilon (a state never reported before, or no memoization)
+    SENT = "sent"
+    #: the stored payload of an already reported state was sent again; it cost nothing
+    RESENT = "resent"
+    #: not sent: the device already reported in this ``report_period``
+    SKIPPED_PERIOD = "skipped_period"
+    #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
+    #: :class:`kvldp.common.privacy.PrivacyBudgetExhausted` instead of returning this)
+    EXHAUSTED = "exhausted"
+    #: not sent: the device already reported in the open round (interactive collections)
+    SKIPPED_ROUND = "skipped_round"
+    #: not sent: the collection's last round closed (interactive collections)
+    ROUNDS_DONE = "rounds_done"
+
+
+def tracks_privacy(collection: Collection) -> bool:
+    """Whether devices of ``collection`` have anything to remember (a ``[privacy]`` table)."""
+    return bool(collection.privacy.as_table())
+
+
+def period_of(collection: Collection, ts_ms: int) -> int | None:
+    """The report period index of a report at ``ts_ms`` (the aggregator's tumbling
+    window, ``floor(ts_ms / period_ms)``), or None without ``report_period``."""
+    period_s = collection.privacy.report_period_s
+    return None if period_s is None else ts_ms // (period_s * 1000)
+
+
+@dataclass
+class DeviceState:
+    """One device's secret, memo table and ledger for one collection."""
+
+    collection: str
+    digest: int
+    device_id: str
+    secret: bytes
+    memo: dict[str, Report] = field(default_factory=dict)
+    charged: int = 0
+    last_period: int | None = None
+    #: rounds (0-based) this device reported in, for an interactive collection
+    rounds: list[int] = field(default_factory=list)
+    path: Path | None = None
+    #: the rounding offsets, derived from the secret once per device (never written)
+    _alpha: FloatArray | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def new(
+        cls, collection: Collection, device_id: str | None = None, path: Path | None = None
+    ) -> DeviceState:
+        """A fresh state with a new secret (not yet written)."""
+        return cls(
+            collection=collection.name,
+            digest=collection.digest,
+            device_id=device_id or uuid.uuid4().hex,
+            secret=new_secret(),
+            path=path,
+        )
+
+    @classmethod
+    def open(cls, path: str | Path, collection: Collection, device_id: str | None = None) -> DeviceState:
+        """Load the state at ``path``, or create (and write) a new one if there is no file."""
+        path = Path(path)
+        if path.exists():
+            return cls.load(path, collection)
+        state = cls.new(collection, device_id, path)
+        state.save()
+        return state
+
+    @classmethod
+    def load(cls, path: Path, collection: Collection) -> DeviceState:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InvalidDeviceState(f"device state {path}: cannot read it ({exc.strerror})") from None
+        try:
+            obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+        except Exception:
+            raise InvalidDeviceState(f"device state {path}: not a kvldp device state (undecodable)") from None
+        state = _from_obj(obj, path)
+        if state.collection != collection.name or state.digest != collection.digest:
+            raise InvalidDeviceState(
+                f"device state {path} belongs to collection {state.collection!r} "
+                f"(digest {state.digest:08x}), not {collection.name!r} (digest {collection.digest:08x})"
+            )
+        return state
+
+    def to_bytes(self) -> bytes:
+        obj = {
+            "format": FORMAT,
+            "version": VERSION,
+            "collection": self.collection,
+            "digest": self.digest,
+            "device_id": self.device_id,
+            "secret": self.secret,
+            "charged": self.charged,
+            "last_period": self.last_period,
+            "memo": self.memo,
+            "rounds": self.rounds,
+        }
+        return bytes(msgpack.packb(obj, use_bin_type=True))
+
+    def save(self) -> None:
+        """Write the state atomically (nothing to do for an in-memory state)."""
+        if self.path is None:
+            return
+        directory = self.path.parent
+        tmp = directory / f".{self.path.name}.{uuid.uuid4().hex}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # 0600 before the secret
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(self.to_bytes())
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, self.path)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+            dir_fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise InvalidDeviceState(f"device state {self.path}: cannot write it ({exc.strerror})") from None
+
+    # ------------------------------------------------------------------ the spending rule
+    def spent(self, collection: Collection) -> float:
+        """Epsilon this device spent on ``collection`` so far."""
+        if is_interactive(collection):
+            mechanism = interactive_mechanism(collection)
+            return float(sum(mechanism.round_epsilon(r) for r in self.rounds))
+        return spent(collection.epsilon, self.charged)
+
+    def remaining(self, collection: Collection) -> float:
+        """Epsilon left under ``lifetime_epsilon`` (``inf`` without a cap)."""
+        cap = collection.privacy.lifetime_epsilon
+        return math.inf if cap is None else max(0.0, cap - self.spent(collection))
+
+    def memoized(
+        self, collection: Collection, keys: IntArray, values: FloatArray, period: int | None
+    ) -> tuple[ReportStatus, Report | None]:
+        """Apply the rule to a memoized report of the normalised pairs (``keys``, ``values``)
+        at report period ``period``; returns the status and the payload to send (None when
+        nothing is sent). A spend is written before this returns."""
+        if period is not None and period == self.last_period:
+            return ReportStatus.SKIPPED_PERIOD, None
+        mechanism = collection.mechanism
+        if self._alpha is None:
+            self._alpha = alphas(self.secret, self.digest, mechanism.d)
+        state = state_of(mechanism, keys, values, self._alpha)
+        stored = self.memo.get(state.fingerprint)
+        if stored is not None:
+            if period is not None:
+                self.last_period = period
+                self.save()
+            return ReportStatus.RESENT, stored
+        if would_exceed(collection.epsilon, collection.privacy.lifetime_epsilon, self.charged):
+            return ReportStatus.EXHAUSTED, None
+        report = memoized_report(mechanism, self.secret, self.digest, state)
+        self.memo[state.fingerprint] = report
+        self.charged += 1
+        self.last_period = period
+        self.save()
+        return ReportStatus.SENT, report
+
+    def round_report(self, collection: Collection, round_index: int) -> ReportStatus:
+        """Apply the rule to a report in round ``round_index`` of an interactive collection:
+        SENT means the round's epsilon is written as spent and the caller may perturb and
+        send; a second report in one round is SKIPPED_ROUND."""
+        if round_index in self.rounds:
+            return ReportStatus.SKIPPED_ROUND
+        cost = interactive_mechanism(collection).round_epsilon(round_index)
+        cap = collection.privacy.lifetime_epsilon
+        if cap is not None and self.spent(collection) + cost > cap * (1.0 + CAP_SLACK):
+            return ReportStatus.EXHAUSTED
+        self.rounds.append(round_index)
+        self.charged += 1
+        self.save()
+        return ReportStatus.SENT
+
+    def fresh(self, collection: Collection, period: int | None) -> ReportStatus:
+        """Apply the rule to a report perturbed afresh (no memoization): SENT means the
+        spend is written and the caller may perturb and send."""
+        if period is not None and period == self.last_period:
+            return ReportStatus.SKIPPED_PERIOD
+        if would_exceed(collection.epsilon, collection.privacy.lifetime_epsilon, self.charged):
+            return ReportStatus.EXHAUSTED
+        self.charged += 1
+        self.last_period = period
+        self.save()
+        return ReportStatus.SENT
+
+
+def _from_obj(obj: Any, path: Path) -> DeviceState:
+    def bad(what: str) -> InvalidDeviceState:
+        return InvalidDeviceState(f"device state {path}: {what}")
+
+    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+        raise bad("not a kvldp device state (no format tag)")
+    version = obj.get("version")
+    if version not in (1, VERSION):
+        raise bad(f"unsupported version {version!r} (this kvldp reads versions 1 and {VERSION})")
+    fields = _V1_FIELDS if version == 1 else _FIELDS
+    if set(obj) != fields:
+        raise bad(f"fields {sorted(obj)} are not {sorted(fields)}")
+    rounds = obj.get("rounds", [])
+    checks = (
+        ("collection", isinstance(obj["collection"], str)),
+        ("digest", type(obj["digest"]) is int and 0 <= obj["digest"] < 2**32),
+        ("device_id", isinstance(obj["device_id"], str) and obj["device_id"] != ""),
+        ("secret", isinstance(obj["secret"], bytes) and len(obj["secret"]) == SECRET_BYTES),
+        ("charged", type(obj["charged"]) is int and obj["charged"] >= 0),
+        ("last_period", obj["last_period"] is None or type(obj["last_period"]) is int),
+        ("memo", isinstance(obj["memo"], dict) and all(_is_report(r) for r in obj["memo"].values())),
+        ("rounds", isinstance(rounds, list) and all(type(r) is int and 0 <= r < 64 for r in rounds)),
+    )
+    for name, ok in checks:
+        if not ok:
+            raise bad(f"field {name!r} is invalid")
+    return DeviceState(
+        collection=obj["collection"],
+        digest=obj["digest"],
+        device_id=obj["device_id"],
+        secret=obj["secret"],
+        memo=obj["memo"],
+        charged=obj["charged"],
+        last_period=obj["last_period"],
+        rounds=list(rounds),
+        path=path,
+    )
+
+
+def _is_report(report: Any) -> bool:
+    return isinstance(report, dict) and all(
+        isinstance(k, str) and type(v) in (int, bytes) for k, v in report.items()
+    )
+
+
+@dataclass
+class FleetSummary:
+    """Outcome counts of one call that reports for many devices."""
+
+    sent: int = 0
+    resent: int = 0
+    skipped_period: int = 0
+    exhausted: int = 0
+    skipped_round: int = 0
+    rounds_done: int = 0
+
+    def count(self, status: ReportStatus) -> None:
+        setattr(self, status.value, getattr(self, status.value) + 1)
+
+    def add(self, other: FleetSummary) -> None:
+        for status in ReportStatus:
+            setattr(self, status.value, getattr(self, status.value) + getattr(other, status.value))
+
+    @property
+    def published(self) -> int:
+        """Reports that went out (new and re-sent)."""
+        return self.sent + self.resent
+
+    def __str__(self) -> str:
+        text = (
+            f"sent {self.sent}, resent {self.resent}, skipped (period) {self.skipped_period}, "
+            f"exhausted {self.exhausted}"
+        )
+        if self.skipped_round or self.rounds_done:
+            text += f", skipped (round) {self.skipped_round}, rounds done {self.rounds_done}"
+        return text
+
+
+class Fleet:
+    """In-memory device states by device id (the Kafka key), each with its own secret."""
+
+    def __init__(self, collection: Collection) -> None:
+        self.collection = collection
+        self.states: dict[bytes, DeviceState] = {}
+
+    def state(self, key: bytes) -> DeviceState:
+        found = self.states.get(key)
+        if found is None:
+            found = self.states[key] = DeviceState.new(self.collection, key.decode(errors="replace"))
+        return found

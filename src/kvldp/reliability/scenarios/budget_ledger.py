@@ -1,0 +1,106 @@
+"""The ``budget_ledger`` scenario: the per-device privacy budget ledger across a SIGKILL,
+over-spending devices, new devices, the next day and a closed window.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from kvldp.common.schema import Report
+from kvldp.common.wire import WireFormat
+from kvldp.reliability.processes import AggregatorProcess, total
+from kvldp.reliability.scenarios.fresh_collection import make_collection
+from kvldp.reliability.scenarios.outcome import Outcome
+from kvldp.reliability.scenarios.readback import read_topic
+from kvldp.reliability.scenarios.waits import (
+    checkpointed_after,
+    drain,
+    has_folded,
+    until,
+)
+from kvldp.reliability.traffic import Message, publish
+
+
+async def budget_ledger(
+    bootstrap: str, workdir: Path, devices: int = 300, limit: int = 2, seed: int = 6
+) -> Outcome:
+    """``limit`` reports per device per day: the ledger survives a SIGKILL, refuses the
+    excess as ``budget_exceeded``, opens a new window on the next day and refuses reports
+    stamped in a closed window."""
+    out = Outcome("budget_ledger")
+    collection, path = make_collection(
+        workdir, "budget", "kvue", 4, partitions=2, max_reports_per_device=limit, budget_window="1d"
+    )
+    wire = WireFormat(collection)
+    rng = np.random.default_rng(seed)
+    day = 86_400_000
+    now = int(time.time() * 1000)
+
+    def sends(ids: list[str], count: int, ts: int) -> list[Message]:
+        out_: list[Message] = []
+        for _ in range(count):
+            for device in ids:
+                report: Report = {"j": int(rng.integers(0, 4)), "s": int(rng.integers(0, 3))}
+                out_.append(
+                    Message(
+                        device.encode(), wire.encode_report(report, rid=int(rng.integers(1, 2**63))), ts, 1
+                    )
+                )
+        return out_
+
+    ids = [f"phone-{i}" for i in range(devices)]
+    fresh = [f"tablet-{i}" for i in range(devices // 3)]
+    state_dir = workdir / f"{collection.name}.state"
+    proc = AggregatorProcess(path, bootstrap, workdir, f"{collection.name}-a", state_dir=state_dir).start()
+    await proc.ready()
+    await publish(bootstrap, collection.reports_topic, sends(ids, limit, now))
+    out.check(await until(lambda: has_folded(proc, devices * limit), 60), "the budgeted reports folded")
+    mark = time.time()
+    out.check(await until(lambda: checkpointed_after(proc, mark), 30), "checkpointed")
+    proc.kill()
+    proc = AggregatorProcess(path, bootstrap, workdir, f"{collection.name}-b", state_dir=state_dir).start()
+    await proc.ready()
+    phase2 = (
+        sends(ids, 2, now)  # over budget: refused, though the aggregator restarted
+        + sends(fresh, 1, now)  # new devices: admitted
+        + sends(ids[:50], limit, now + day)  # the next day: a fresh budget
+        + sends(ids[50:60], 1, now - 3 * day)  # stamped in a closed window: refused
+    )
+    await publish(bootstrap, collection.reports_topic, phase2)
+    admitted = devices * limit + len(fresh) + 50 * limit
+    refused = 2 * devices + 10
+    samples = await drain(
+        out, proc, ("kvldp_reports_total", "kvldp_reports_rejected_total"), admitted + refused, 60
+    )
+    name = (("collection", collection.name),)
+    out.check(
+        total(samples, "kvldp_reports_total") == admitted,
+        f"{total(samples, 'kvldp_reports_total')} admitted = {admitted}",
+    )
+    exceeded = samples.get(
+        ("kvldp_reports_rejected_total", (("collection", collection.name), ("reason", "budget_exceeded"))), 0
+    )
+    out.check(exceeded == refused, f"budget_exceeded {exceeded} = {refused}")
+    budget = samples.get(("kvldp_privacy_budget_epsilon", name))
+    out.check(
+        budget == collection.epsilon * limit,
+        f"kvldp_privacy_budget_epsilon {budget} = {collection.epsilon * limit}",
+    )
+    checkpoint = (state_dir / f"{collection.name}.checkpoint").read_bytes()
+    out.check(not any(d.encode() in checkpoint for d in ids[:20]), "no device id is stored")
+    letters = await read_topic(bootstrap, collection.dlq_topic, refused)
+    out.check(
+        len(letters) == refused and all(dict(h)["reason"] == b"budget_exceeded" for _, h in letters),
+        "the refused messages are dead-lettered as budget_exceeded",
+    )
+    out.figures.update(
+        devices=devices + len(fresh),
+        limit=limit,
+        admitted=admitted,
+        refused=refused,
+        privacy_budget_epsilon=budget,
+    )
+    return out

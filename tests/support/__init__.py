@@ -1,0 +1,94 @@
+"""Shared populations and mechanism settings for the test suite (imported by the tests)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms import create, get
+from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.itemoracle import ItemOracle
+
+#: settings that keep generic tests fast (PrivKVM's default is 10 rounds)
+FAST_PARAMS: dict[str, dict[str, object]] = {"privkvm": {"rounds": 2}}
+
+
+def single_key_mechanism(name: str) -> bool:
+    """Mechanisms whose estimates assume at most ell (= 1 by default) keys per user."""
+    return issubclass(get(name), ItemOracle) or name.startswith("pckv")
+
+
+def make(name: str, d: int, epsilon: float, **params: object) -> Mechanism:
+    return create(name, d, epsilon, **{**FAST_PARAMS.get(name, {}), **params})
+
+
+def multi_key_population(n: int, d: int, rng: np.random.Generator) -> KVData:
+    """Users hold key k independently (frequencies spread over (0.15, 0.85)) with
+    fractional values clip(N(mu_k, 0.3^2)) so that Disc is exercised."""
+    f = np.linspace(0.15, 0.85, d) if d > 1 else np.array([0.4])
+    mu = np.linspace(-0.6, 0.6, d) if d > 1 else np.array([0.3])
+    present = rng.random((n, d)) < f[None, :]
+    values = np.clip(rng.normal(mu[None, :], 0.3, size=(n, d)), -1.0, 1.0)
+    return KVData.from_dense(present, values)
+
+
+def single_key_population(n: int, d: int, rng: np.random.Generator) -> KVData:
+    """Each user holds one key (weights rising with the key index) or, with
+    probability 0.1, none; fractional values as above."""
+    weights = np.arange(1, d + 1, dtype=np.float64)
+    probs = np.append(0.9 * weights / weights.sum(), 0.1)
+    keys = rng.choice(d + 1, size=n, p=probs)
+    keys = np.where(keys == d, -1, keys)
+    mu = np.linspace(-0.6, 0.6, d) if d > 1 else np.array([0.3])
+    values = np.clip(rng.normal(mu[np.maximum(keys, 0)], 0.3), -1.0, 1.0)
+    return KVData.from_single_key(d, keys.astype(np.int64), values)
+
+
+def population_for(name: str, n: int, d: int, rng: np.random.Generator) -> KVData:
+    if single_key_mechanism(name):
+        return single_key_population(n, d, rng)
+    return multi_key_population(n, d, rng)
+
+
+@dataclass(frozen=True)
+class Rec:
+    """A Kafka record as the ingest path sees it (offset, timestamp, key, value)."""
+
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+
+
+def run_kvldp(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``kvldp ARGS`` as a user runs it (``python -P -m kvldp``, so the working directory
+    stays off ``sys.path``): output captured, exit status kept; ``env`` adds variables."""
+    return subprocess.run(
+        [sys.executable, "-P", "-m", "kvldp", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def random_ratings(path: Path, users: int, items: int, share: float, seed: int) -> int:
+    """Write a ``user,item,rating`` file where each user rates each item with probability
+    ``share`` (ratings 1-5); return the number of users that rated anything."""
+    rng = np.random.default_rng(seed)
+    rated = rng.random((users, items)) < share
+    stars = rng.integers(1, 6, size=(users, items))
+    lines = ["user,item,rating"] + [
+        f"u{u},i{i},{stars[u, i]}" for u, i in zip(*np.nonzero(rated), strict=True)
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return int(rated.any(axis=1).sum())
