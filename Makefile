@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,broker,plots
 
-.PHONY: demo test lint typecheck unit venv clean prometheus stunnel bench-deps evaluate dashboard
+.PHONY: demo test lint typecheck unit venv clean prometheus stunnel java bench-deps evaluate dashboard
 
 EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf
 
@@ -60,7 +60,18 @@ stunnel:
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq stunnel4 >/dev/null; }
 
-test: prometheus stunnel lint typecheck unit
+# the properties-format tests compare kvldp's reading with Java's (java.util.Properties,
+# run as a single source file: Debian's JRE has the compiler module that needs); install
+# Debian's default-jre-headless only when java is missing (its set-up links man pages
+# into /usr/share/man/man1, which slim images lack)
+java:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing Debian's default-jre-headless package (used by tests/test_properties_file.py)"; \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo mkdir -p /usr/share/man/man1 && $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq default-jre-headless >/dev/null; }
+
+test: prometheus stunnel java lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

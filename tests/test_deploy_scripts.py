@@ -1,7 +1,11 @@
 """deploy/'s scripts, run for real against stand-ins: the certificate script makes PEM
 files that Kafka reads and kvldp's own TLS settings trust (checked with a TLS handshake),
 and the broker's start script gives the client file's user its SCRAM password, serves
-the health check and refuses a client file the broker cannot serve."""
+the health check and refuses a client file the broker cannot serve. On every file of the
+table of the properties format's rules, the start script either gives the broker the
+password Java reads from the file (checked with real Java on both the client file and
+the credential file the script hands to kafka-configs.sh) or refuses the file in one
+line naming the line."""
 
 from __future__ import annotations
 
@@ -18,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from kvldp.kafka.client_config import KafkaConfig, kafka_config, parse_properties
+from kvldp.kafka.client_config import KafkaConfig, kafka_config
+from kvldp.kafka.properties_file import parse_properties
 
 from support.deploy import (
     CERTS_SCRIPT,
@@ -32,6 +37,7 @@ from support.deploy import (
     script_default,
     volume_at,
 )
+from support.java_properties import RULES, SCRAM_CREDENTIAL, java_reading
 
 
 def _make_certs(where: Path) -> dict[str, Path]:
@@ -150,6 +156,7 @@ STUB_CONFIGS = """#!/usr/bin/env bash
 previous=
 for arg in "$@"; do
     if [[ $previous == --add-config-file ]]; then
+        cp "$arg" "$STUB_CREDENTIAL"
         echo "MODE $(stat -c %a "$arg")" >> "$STUB_LOG"
         echo "FILE $(cat "$arg")" >> "$STUB_LOG"
     fi
@@ -161,7 +168,7 @@ exit 0
 
 
 def _run_start(
-    tmp_path: Path, client: str, *args: str, describe: str = ""
+    tmp_path: Path, client: str | bytes, *args: str, describe: str = ""
 ) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
@@ -171,7 +178,7 @@ def _run_start(
     run = tmp_path / "run"
     run.write_text('#!/usr/bin/env bash\necho "image entrypoint started"\n')
     run.chmod(0o755)
-    (tmp_path / "client.properties").write_text(client)
+    (tmp_path / "client.properties").write_bytes(client if isinstance(client, bytes) else client.encode())
     (tmp_path / "describe").write_text(describe)
     env = {
         **os.environ,
@@ -180,6 +187,7 @@ def _run_start(
         "KVLDP_KAFKA_RUN": str(run),
         "STUB_LOG": str(tmp_path / "log"),
         "STUB_DESCRIBE": str(tmp_path / "describe"),
+        "STUB_CREDENTIAL": str(tmp_path / "credential.properties"),
     }
     return subprocess.run(
         ["bash", str(START_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
@@ -197,9 +205,9 @@ def _wait_for_log(path: Path, text: str) -> str:
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_start_script_gives_the_client_files_user_its_password(tmp_path: Path) -> None:
-    password = r"s3cr\et=x:y, ]"
-    client = CLIENT_FILE.read_text().replace("sasl.password=change-me", f"sasl.password = {password}  ")
-    assert parse_properties(client, "x")["sasl.password"] == password  # as kvldp reads it
+    password = "p=a:s s#w!o\"r'd$(x)`y`;&|<>*?[]{}~%,"  # every shell metacharacter, no backslash
+    client = CLIENT_FILE.read_text().replace("sasl.password=change-me", f"sasl.password={password}")
+    assert parse_properties(client.encode(), "x")["sasl.password"] == password  # as kvldp reads it
     result = _run_start(tmp_path, client)
     assert result.returncode == 0, result.stderr
     assert "image entrypoint started" in result.stdout  # the image's own entrypoint runs
@@ -212,8 +220,52 @@ def test_start_script_gives_the_client_files_user_its_password(tmp_path: Path) -
     )
     assert password not in log.split("FILE ")[0], "the password went on a command line"
     assert "MODE 600" in log
-    # a Java properties line: backslashes escaped, the rest verbatim
-    assert "FILE SCRAM-SHA-512=iterations=8192,password=" + password.replace("\\", "\\\\") in log
+    # a Java properties line, which Java reads verbatim: the password has no backslash
+    assert "FILE SCRAM-SHA-512=iterations=8192,password=" + password + "\n" in log
+    (credential,) = java_reading([(tmp_path / "credential.properties").read_bytes()], tmp_path / "java")
+    assert isinstance(credential, dict)
+    scram = SCRAM_CREDENTIAL.fullmatch(credential["SCRAM-SHA-512"])
+    assert scram is not None and scram.group(1) == "8192" and scram.group(2) == password
+
+
+#: the lines each file of the rules table is put after, so that the broker can serve it
+SCRAM_USER = b"sasl.mechanism=SCRAM-SHA-512\nsasl.username=kvldp\n"
+SCRAM_USER_LINES = 2
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_start_script_gives_javas_password_or_refuses_the_line(tmp_path: Path) -> None:
+    """Each file of the rules table, after the SCRAM user's lines: the script reads it and
+    kafka-configs.sh gets, as Java reads the credential file, the password Java reads from
+    the client file; or the script refuses it in one line, naming the line."""
+    files = [SCRAM_USER + rule.text for rule in RULES]
+    java = java_reading(files, tmp_path / "java")
+    read = []
+    for index, (rule, data, entries) in enumerate(zip(RULES, files, java, strict=True)):
+        where = tmp_path / str(index)
+        where.mkdir()
+        result = _run_start(where, data)
+        if rule.script_refuses is None:
+            assert result.returncode == 0, (rule.name, result.stderr)
+            assert isinstance(entries, dict), rule.name
+            log = _wait_for_log(where / "log", "FILE ")
+            assert f"--entity-name {entries['sasl.username']} --add-config-file" in log, rule.name
+            read.append((rule, entries, (where / "credential.properties").read_bytes()))
+            continue
+        line, reason = rule.script_refuses
+        message = f"kafka-start: {where / 'client.properties'}: line {line + SCRAM_USER_LINES}: "
+        assert result.returncode != 0, rule.name
+        assert result.stderr.startswith(message) and reason in result.stderr, (rule.name, result.stderr)
+        assert result.stderr.count("\n") == 1, (rule.name, result.stderr)
+        assert "image entrypoint started" not in result.stdout
+        if isinstance(entries, dict) and entries.get("sasl.password"):
+            assert entries["sasl.password"] not in result.stderr, rule.name
+    assert len(read) >= 6, [rule.name for rule, _, _ in read]
+    credentials = java_reading([credential for _, _, credential in read], tmp_path / "credentials")
+    for (rule, entries, _), credential in zip(read, credentials, strict=True):
+        assert isinstance(credential, dict) and list(credential) == ["SCRAM-SHA-512"], rule.name
+        scram = SCRAM_CREDENTIAL.fullmatch(credential["SCRAM-SHA-512"])
+        assert scram is not None and scram.group(2) == entries["sasl.password"], rule.name
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")

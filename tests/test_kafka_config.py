@@ -24,11 +24,11 @@ from kvldp.kafka.client_config import (
     KafkaConfig,
     kafka_config,
     load_kafka_config,
-    parse_properties,
     resolve_kafka_config,
 )
 from kvldp.kafka.client_start import explain_failure
 from kvldp.kafka.command_line import external_kafka, kafka_settings
+from kvldp.kafka.properties_file import parse_properties
 from kvldp.producer.collector import Collector
 from kvldp.sim.record_replay import replay
 
@@ -50,7 +50,7 @@ def pems(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "client.properties"
-    path.write_text(text)
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -86,10 +86,25 @@ def test_properties_file_syntax(tmp_path: Path, pems: dict[str, str]) -> None:
     assert config.sasl_username == "key123"
     assert config.sasl_password == f"{SECRET}=x"  # only the first separator splits
     assert config.client_id == "acme-telemetry"
-    with pytest.raises(InvalidKafkaConfig, match=re.escape("line 2: sasl.username is set twice")):
-        parse_properties("sasl.username=a\nsasl.username=b\n", "f")
-    with pytest.raises(InvalidKafkaConfig, match=re.escape("line 1: expected key=value")):
-        parse_properties("just-a-word\n", "f")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (f"sasl.password={SECRET}\nsasl.password={SECRET}2\n", "line 2: sasl.password is set twice"),
+        (f"sasl.password={SECRET}é\n", "line 1: sasl.password: characters outside ASCII"),
+        (f"sasl.password={SECRET}\\u12\n", "line 1: \\u must be followed by four hexadecimal digits"),
+        ("just-a-word\n", "unknown key 'just-a-word'"),  # Java's reading: a key with an empty value
+    ],
+)
+def test_a_file_kvldp_does_not_read_is_one_line_naming_file_and_line(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InvalidKafkaConfig) as caught:
+        load_kafka_config(path)
+    assert str(caught.value).startswith(f"{path}: ") and message in str(caught.value)
+    assert "\n" not in str(caught.value) and SECRET not in str(caught.value)
 
 
 def test_jaas_config_gives_the_credentials(pems: dict[str, str]) -> None:
@@ -360,7 +375,7 @@ def test_the_readme_documents_every_key_with_a_file_that_reads() -> None:
     assert not missing, f"README.md does not document {missing}"
     example = re.search(r"```properties\n(.*?)```", text, re.S)
     assert example is not None
-    entries = parse_properties(example.group(1), "README.md")
+    entries = parse_properties(example.group(1).encode(), "README.md")
     assert entries.pop("ssl.ca.location") == "/etc/kvldp/ca.pem"  # a path on the reader's machine
     config = kafka_config(entries, "README.md")
     assert (config.security_protocol, config.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")

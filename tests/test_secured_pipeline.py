@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import javaproperties
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives import serialization
@@ -55,7 +56,8 @@ def tls_settings(tls: TlsBroker, ca: Path | None = None) -> KafkaConfig:
 
 
 def properties(path: Path, entries: dict[str, str]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in entries.items()))
+    """``entries`` written as a Java properties file (escaped as java.util.Properties.store does)."""
+    path.write_text(javaproperties.dumps(entries, timestamp=False), encoding="ascii")
     return path
 
 

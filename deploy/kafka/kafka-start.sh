@@ -24,24 +24,59 @@ kafka_run=${KVLDP_KAFKA_RUN:-/etc/kafka/docker/run}
 admin=${KVLDP_KAFKA_ADMIN:-localhost:19092}   # listener INTERNAL of docker-compose.yml
 mechanism=SCRAM-SHA-512                        # the one KAFKA_SASL_ENABLED_MECHANISMS offers
 
-# property KEY: the value of KEY in $config, read as kvldp reads it (key=value or
-# key: value, surrounding blanks dropped, lines starting with # or ! ignored)
-property() {
-    local key=${1//./\\.}
-    sed -n -E "s/^[[:space:]]*${key}[[:space:]]*[=:][[:space:]]*//p" "$config" |
-        sed -E 's/[[:space:]]+$//' | tail -n 1
-}
-
 fail() {
     echo "kafka-start: $*" >&2
     exit 1
 }
 
+# The client file is read here without Java (the image's Java runtime cannot run a
+# source file: it lacks the compiler module) and without kvldp, by a plain split of each
+# line. That split is right only on a subset of the properties format, on which it and
+# java.util.Properties.load (kvldp's and Kafka's tools' reading) provably agree; any
+# other line is refused with its number, never read differently:
+#   - blank lines (spaces and tabs only);
+#   - comments: '#' or '!' after optional blanks, not ending in a backslash (Java never
+#     continues a comment line; other readers do);
+#   - KEY=VALUE: KEY of letters, digits, '.', '_' and '-', then '=' with no blank around
+#     it; VALUE printable ASCII without a backslash (no escapes, no continued lines) and
+#     without blanks at either end (Java drops leading blanks and keeps trailing ones);
+#   - no carriage return anywhere (Java ends a line there, read does not) and no NUL byte
+#     (read drops it; tr turns it into a carriage return first).
+# A key given twice is refused, as kvldp refuses it. Each VALUE is Java's value verbatim.
+declare -A setting=()
+read_client_file() {
+    local LC_ALL=C line key value at number=0
+    local -A first=()
+    while IFS= read -r line || [[ -n $line ]]; do
+        number=$((number + 1))
+        at="$config: line $number:"
+        [[ $line != *$'\r'* ]] ||
+            fail "$at a carriage return or NUL byte (use plain newlines as line ends)"
+        [[ ! $line =~ ^[[:blank:]]*$ ]] || continue
+        if [[ $line =~ ^[[:blank:]]*[#!] ]]; then
+            [[ $line != *\\ ]] ||
+                fail "$at a comment ending in a backslash (readers disagree on whether it continues)"
+            continue
+        fi
+        [[ $line =~ ^([A-Za-z0-9._-]+)=(.*)$ ]] ||
+            fail "$at not KEY=VALUE (a key of letters, digits, '.', '_' or '-', then '=' with no blank before it)"
+        key=${BASH_REMATCH[1]} value=${BASH_REMATCH[2]}
+        [[ $value != *\\* ]] ||
+            fail "$at $key: a backslash (escapes and continued lines are for Java's reader, not this script)"
+        [[ ! $value =~ [^[:print:]] ]] || fail "$at $key: a character other than printable ASCII"
+        [[ $value != [[:blank:]]* && $value != *[[:blank:]] ]] ||
+            fail "$at $key: blanks at the start or end of the value"
+        [[ -z ${first[$key]-} ]] || fail "$at $key is set twice (first on line ${first[$key]})"
+        first[$key]=$number
+        setting[$key]=$value
+    done < <(tr '\000' '\r' < "$config")
+}
+
 [[ -r $config ]] || fail "cannot read the kvldp client file $config"
-user=$(property sasl.username)
-password=$(property sasl.password)
-wanted=$(property sasl.mechanism)
-wanted=${wanted:-$(property sasl.mechanisms)}
+read_client_file
+user=${setting[sasl.username]-}
+password=${setting[sasl.password]-}
+wanted=${setting[sasl.mechanism]-${setting[sasl.mechanisms]-}}
 [[ -n $user && -n $password ]] ||
     fail "$config needs sasl.username and sasl.password: the broker creates that SCRAM user"
 [[ ${wanted^^} == "$mechanism" ]] ||
@@ -62,8 +97,9 @@ set_credentials() {
     local file
     file=$(mktemp)
     chmod 600 "$file"
-    # a Java properties line: backslashes are escapes there
-    printf '%s=iterations=8192,password=%s\n' "$mechanism" "${password//\\/\\\\}" > "$file"
+    # a Java properties line that Java reads back verbatim: the password has no
+    # backslash, no blank at either end and nothing but printable ASCII (read_client_file)
+    printf '%s=iterations=8192,password=%s\n' "$mechanism" "$password" > "$file"
     until "$kafka_bin/kafka-configs.sh" --bootstrap-server "$admin" --alter \
         --entity-type users --entity-name "$user" --add-config-file "$file" > /dev/null 2>&1; do
         sleep 2

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from kvldp.kafka.client_config import parse_properties
+from kvldp.kafka.properties_file import parse_properties
 
 DEPLOY = Path("deploy")
 COMPOSE_TEXT = (DEPLOY / "docker-compose.yml").read_text()
@@ -106,7 +106,7 @@ def protocols() -> dict[str, str]:
 
 
 def client_properties() -> dict[str, str]:
-    return parse_properties(CLIENT_FILE.read_text(), str(CLIENT_FILE))
+    return parse_properties(CLIENT_FILE.read_bytes(), str(CLIENT_FILE))
 
 
 def depends(name: str) -> set[str]:

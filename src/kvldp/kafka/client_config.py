@@ -2,10 +2,10 @@
 
 A managed or secured cluster hands its users a Java/librdkafka-style properties file
 (``key=value`` lines, ``#`` comments): the bootstrap address, the security protocol, the
-SASL mechanism and credentials, the CA to trust. kvldp reads that file as it is, so the
-same file configures every kvldp client — the device SDK, the aggregator in every role,
-``produce``, ``record``, ``replay``, ``demo`` and ``bench`` — and the user's other Kafka
-tools.
+SASL mechanism and credentials, the CA to trust. kvldp reads that file as it is, by
+Java's rules (:mod:`~kvldp.kafka.properties_file`), so the same file configures every
+kvldp client — the device SDK, the aggregator in every role, ``produce``, ``record``,
+``replay``, ``demo`` and ``bench`` — and the user's other Kafka tools.
 
 Everything is checked when the file is read, before any connection is made: unknown keys
 (refused, never ignored: a key kvldp does not apply would be a setting the user believes
@@ -15,8 +15,9 @@ CA, certificate or key is named before anything is sent. Secrets (``sasl.passwor
 ``ssl.key.password``, the credentials inside ``sasl.jaas.config``) never appear in a
 ``repr``, a description or an error message.
 
-Pure (stdlib only): the aggregator and the SDK pass :meth:`KafkaConfig.client_options` to
-the aiokafka clients they build.
+No Kafka client here (the standard library and the properties reader only): the
+aggregator and the SDK pass :meth:`KafkaConfig.client_options` to the aiokafka clients
+they build.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kvldp.common.errors import KvldpError
+from kvldp.kafka.properties_file import InvalidPropertiesFile, parse_properties
 
 #: the environment variable naming the client properties file
 ENV_CONFIG = "KVLDP_KAFKA_CONFIG"
@@ -193,27 +195,6 @@ def resolve_kafka_config(
     return settings.with_bootstrap(bootstrap_servers)
 
 
-def parse_properties(text: str, source: str) -> dict[str, str]:
-    """``key=value`` (or ``key: value``) lines; ``#`` and ``!`` start comments, a trailing
-    backslash continues a line. A key given twice is refused."""
-    entries: dict[str, str] = {}
-    lines = iter(enumerate(text.splitlines(), 1))
-    for number, raw in lines:
-        line = raw.strip()
-        while line.endswith("\\"):
-            line = line[:-1] + next(lines, (number, ""))[1].strip()
-        if not line or line[0] in "#!":
-            continue
-        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=-1)
-        if cut <= 0:
-            raise InvalidKafkaConfig(f"{source}: line {number}: expected key=value")
-        key, value = line[:cut].strip(), line[cut + 1 :].strip()
-        if key in entries:
-            raise InvalidKafkaConfig(f"{source}: line {number}: {key} is set twice")
-        entries[key] = value
-    return entries
-
-
 def load_kafka_config(
     path: str | os.PathLike[str], command_line: Mapping[str, str] | None = None
 ) -> KafkaConfig:
@@ -221,14 +202,18 @@ def load_kafka_config(
     key), with ``command_line`` entries (``-X key=value``) overriding the file's."""
     where = Path(path)
     try:
-        text = where.read_text(encoding="utf-8")
+        data = where.read_bytes()
     except FileNotFoundError:
         raise InvalidKafkaConfig(f"Kafka client config {str(where)!r} does not exist") from None
     except IsADirectoryError:
         raise InvalidKafkaConfig(f"Kafka client config {str(where)!r} is a directory, not a file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise InvalidKafkaConfig(f"cannot read Kafka client config {str(where)!r}: {_reason(exc)}") from None
-    return kafka_config(parse_properties(text, str(where)), str(where), command_line)
+    try:
+        entries = parse_properties(data, str(where))
+    except InvalidPropertiesFile as exc:
+        raise InvalidKafkaConfig(str(exc)) from None
+    return kafka_config(entries, str(where), command_line)
 
 
 def kafka_config(
