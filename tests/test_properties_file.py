@@ -2,8 +2,8 @@
 as Kafka's tools call it), checked against real Java: the table of the format's rules,
 and thousands of seeded random files built from its hardest pieces. What kvldp refuses
 instead (a key given twice, characters outside ASCII, a byte order mark, a line of
-nothing but a continuation backslash, a malformed ``\\uXXXX``) is one line naming the
-file and the line, never a value."""
+nothing but a continuation backslash, a malformed ``\\uXXXX``, half a surrogate pair) is
+one line naming the file and the line, never a value."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ SECRET = "pa55-W0rd-never-shown"
 PIECES = (
     "a", "b", "key", "x.y", "sasl.password", " ", "  ", "\t", "\f", "=", ":", "#", "!",
     "\\", "\\\\", "\\\n", "\\\r\n", "\\\r", "\n", "\r\n", "\r", "\\u0041", "\\u00e9",
-    "\\ud83d\\ude00", "\\ud83d", "\\ude00", "\\t", "\\n", "\\r", "\\f", "\\=", "\\:", "\\ ",
+    "\\ud83d\\ude00", "\\t", "\\n", "\\r", "\\f", "\\=", "\\:", "\\ ",
     "\\#", "\\!", "\\x", "\n#c\\\n", "\n!c\\\n", "\n  #c\n", "\x00",
 )  # fmt: skip
 #: rarer pieces, which make kvldp refuse the file: a lone continuation line, malformed
-#: escapes, bytes outside ASCII
-RARE_PIECES = ("\n\\\n", "\\u12", "\\uZZZZ", "\x85", "\xe9")
+#: escapes, halves of surrogate pairs, bytes outside ASCII
+RARE_PIECES = ("\n\\\n", "\\u12", "\\uZZZZ", "\\ud83d", "\\ude00", "\x85", "\xe9")
 RANDOM_FILES = 3000
 
 
@@ -53,7 +53,15 @@ def test_each_rule_reads_as_java_reads_it(java_rules: list[dict[str, str] | str]
 
 def test_the_table_covers_every_rule_kvldp_refuses() -> None:
     refusals = [rule.kvldp_refuses for rule in RULES if rule.kvldp_refuses]
-    for kind in ("set twice", "outside ASCII", "byte order mark", "continuation backslash", "\\u must"):
+    kinds = (
+        "set twice",
+        "outside ASCII",
+        "byte order mark",
+        "continuation backslash",
+        "\\u must",
+        "surrogate",
+    )
+    for kind in kinds:
         assert any(kind in refusal for refusal in refusals), kind
     assert len(refusals) < len(RULES) // 4, "the table is mostly files kvldp reads"
 
@@ -74,8 +82,9 @@ def test_random_files_read_as_java_reads_them_or_are_refused(tmp_path: Path) -> 
             entries = parse_properties(data, "f")
         except InvalidPropertiesFile as exc:
             assert re.match(
-                r"f: (line \d+: (.*is set twice|.*characters outside ASCII|a line holding nothing but a "
-                r"continuation backslash|\\u must be followed)|starts with a UTF-8 byte order mark)",
+                r"f: (line \d+: (.*is set twice|.*characters outside ASCII|.*half a surrogate pair|a line "
+                r"holding nothing but a continuation backslash|\\u must be followed)|starts with a UTF-8 "
+                r"byte order mark)",
                 str(exc),
             ), (data, str(exc))
             continue

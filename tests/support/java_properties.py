@@ -177,6 +177,13 @@ RULES = (
         script_refuses=_BACKSLASH,
     ),
     Rule(
+        "half a surrogate pair is kept as it is",
+        b"sasl.password=\\ud83dx\n",
+        {"sasl.password": "\ud83dx"},
+        kvldp_refuses="line 1: sasl.password: a \\uXXXX escape of half a surrogate pair",
+        script_refuses=_BACKSLASH,
+    ),
+    Rule(
         "a malformed unicode escape",
         b"sasl.password=\\u00g1\n",
         "Malformed \\uxxxx encoding.",

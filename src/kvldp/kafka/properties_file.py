@@ -22,7 +22,8 @@ which may be a secret):
 - a UTF-8 byte order mark, which Java reads as part of the first line;
 - a line holding nothing but a continuation backslash (with blanks around it), on
   which ``javaproperties`` and Java disagree about the following line;
-- a malformed ``\\uXXXX`` escape, which Java refuses too.
+- a malformed ``\\uXXXX`` escape, which Java refuses too, and an escape of half a
+  surrogate pair, which Java keeps but no client can send (it is not a character).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from kvldp.common.errors import KvldpError
 _LINE_END = re.compile(r"\r\n|\r|\n")
 _LONE_CONTINUATION = re.compile(r"[ \t\f]*\\")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._-]+")
+#: what is left of a surrogate once javaproperties has joined the pairs: half of one
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class InvalidPropertiesFile(KvldpError):
@@ -71,6 +74,11 @@ def parse_properties(data: bytes, source: str) -> dict[str, str]:
                     raise InvalidPropertiesFile(
                         f"{where}{named} characters outside ASCII: write them as \\uXXXX escapes "
                         "(Kafka's Java tools read this file as ISO-8859-1, other readers as UTF-8)"
+                    )
+                if _SURROGATE.search(key + element.value):
+                    raise InvalidPropertiesFile(
+                        f"{where} {_shown(key)}: a \\uXXXX escape of half a surrogate pair, which is "
+                        "no character"
                     )
                 if key in first_line:
                     raise InvalidPropertiesFile(
