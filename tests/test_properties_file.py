@@ -15,7 +15,9 @@ import pytest
 
 from kvldp.kafka.properties_file import InvalidPropertiesFile, parse_properties
 
+from support.deploy import CLIENT_FILE
 from support.java_properties import RULES, Rule, java_reading
+from support.package import REPO
 
 SECRET = "pa55-W0rd-never-shown"
 #: the pieces random files are made of: separators, blanks, comment marks, continuations,
@@ -116,3 +118,14 @@ def test_a_key_that_cannot_be_shown_is_quoted_or_left_out() -> None:
         parse_properties(b"a\\nb=1\na\\nb=2\n", "f")
     with pytest.raises(InvalidPropertiesFile, match=r"^f: line 1: characters outside ASCII"):
         parse_properties("ké=v\n".encode(), "f")
+
+
+def test_the_repositorys_client_files_read_as_java_reads_them(tmp_path: Path) -> None:
+    """The compose stack's client file and the README's example."""
+    readme = (REPO / "README.md").read_text()
+    example = re.search(r"```properties\n(.*?)```", readme, re.S)
+    assert example is not None
+    files = [(REPO / CLIENT_FILE).read_bytes(), example.group(1).encode()]
+    for data, java in zip(files, java_reading(files, tmp_path), strict=True):
+        assert parse_properties(data, "f") == java
+        assert isinstance(java, dict) and "sasl.password" in java
