@@ -1,6 +1,7 @@
 """The mechanism-independent conditional-query machinery (:mod:`kvldp.common.conditional`).
 
-The worked example of §11.6 (D0 Table III: keys Hamburger, Fries, Pepsi) is the
+The worked example (docs/mechanisms.md, *Conditional worked example*: Sun et al. 2019's
+Table III, keys Hamburger, Fries, Pepsi) is the
 acceptance test: indices, every row of the table (cells and true values) and the
 counting operators, through a noise-free oracle. Then parsing and formatting of queries,
 their validation, product sets of cells, the joint-state probabilities, and the ratio
@@ -74,7 +75,7 @@ class FixedOracle:
         return [self.result for _ in groups]
 
 
-# --------------------------------------------------------------------------- §11.6 worked example
+# --------------------------------------------------------------------------- the worked example
 def test_table_iii_indices() -> None:
     """user1 = 210_3 = 21, user2 = 022_3 = 8, user3 = 100_3 = 9 (Disc is deterministic at +-1)."""
     states = joint_states(table_users(), np.random.default_rng(0))
@@ -125,7 +126,7 @@ def test_worked_example_mean_cells() -> None:
 
 def test_worked_example_counting_operators() -> None:
     """F^110_100 = {3,4,5,21,22,23} holds 1 user, F^001_000 the 9 Pepsi-less cells holds 0,
-    and I(101) = {010, 012, 210, 212}_3 = {3, 5, 21, 23} (D0 Def.5)."""
+    and I(101) = {010, 012, 210, 212}_3 = {3, 5, 21, 23} (Sun et al. 2019, Def. 5)."""
     t = Condition.from_bits("110", "100").product_set()
     assert t.cells().tolist() == [3, 4, 5, 21, 22, 23] and ONE_HOT_SUM[t.cells()].sum() == 1
     t = Condition.from_bits("001", "000").product_set()
@@ -139,10 +140,12 @@ def test_parse_d0_and_d3_examples() -> None:
     q = parse_query("pepsi | hamburger=1, fries=0", NAMES)
     assert (q.target, q.condition.encoding()) == (P, ("110", "100"))
     assert parse_query("  pepsi|fries = 0 ,hamburger=1 ", NAMES) == q  # order-free, whitespace-tolerant
-    assert parse_query("pepsi | hamburger, fries = 1, 0", NAMES) == q  # grouped notation of D0 Def.2
+    assert (
+        parse_query("pepsi | hamburger, fries = 1, 0", NAMES) == q
+    )  # grouped notation of Sun et al. 2019, Def. 2
     assert parse_query("pepsi", NAMES) == ConditionalQuery(P, Condition.none(3))
     assert parse_query(" pepsi ", NAMES).condition.is_empty
-    # D3: "cough, cancer = 1, 0" and "cancer, cough = 0, 1" over (cancer, fever, cough) are (101, 001)
+    # Sun, Ping and Ye 2021: "cough, cancer = 1, 0" and "cancer, cough = 0, 1" over (cancer, fever, cough) are (101, 001)
     medical = ("cancer", "fever", "cough")
     for text in ("fever | cough, cancer = 1, 0", "fever | cancer, cough = 0, 1", "fever | cough=1, cancer=0"):
         assert parse_query(text, medical).condition.encoding() == ("101", "001")

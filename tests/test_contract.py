@@ -1,4 +1,5 @@
-"""The contract every registered mechanism must meet (spec §0.4, §0.6; issue 2).
+"""The contract every registered mechanism must meet (docs/mechanisms.md, *Statistics and
+configurations* and *Expected-count round trip*).
 
 Run over the whole registry, so a new mechanism is covered the moment it registers:
 report schema, fold algebra and serialisation, rejection of malformed rows, the exact
@@ -95,7 +96,7 @@ def test_malformed_rows_are_rejected_and_fold_changes_nothing(name: str) -> None
 
 @pytest.mark.parametrize("name", ALL)
 def test_expected_counts_round_trip_exactly(name: str) -> None:
-    """Spec §0.6: the closed-form estimator maps the exact expected statistics to the truth."""
+    """docs/mechanisms.md, *Expected-count round trip*: the closed-form estimator maps the exact expected statistics to the truth."""
     rng = np.random.default_rng(3)
     d = 4
     mech = make(name, d, 1.3)

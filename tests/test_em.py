@@ -1,6 +1,7 @@
 """Count-based maximum likelihood (kvldp.common.em): the accelerated solver returns EM's fixed point.
 
-The reference is plain EM written out here (spec §0.5), independent of the library, run
+The reference is plain EM written out here (docs/mechanisms.md, *Count EM*), independent of
+the library, run
 to tol 1e-13. Where EM is still moving when it stops, its distance to its own limit is
 estimated a posteriori: with the last two steps d_T and d_T-1 and the contraction rate
 r = d_T / d_T-1, the remaining path is at most d_T r / (1 - r) (geometric tail). The
@@ -187,7 +188,7 @@ def test_fixed_point_of_plain_em_on_random_problems(outputs: int, states: int, p
 
 
 def test_square_invertible_interior_is_the_linear_solution() -> None:
-    """Spec §0.5 (c): P^-1 c / N when it lies inside the simplex."""
+    """docs/mechanisms.md, *Count EM*: P^-1 c / N when it lies inside the simplex."""
     rng = np.random.default_rng(7)
     P = 0.6 * np.eye(4) + 0.1
     theta = rng.dirichlet(np.ones(4) * 5, size=30)

@@ -1,4 +1,4 @@
-"""``kvldp evaluate`` and D2 Table 4: the PrivKV column reproduced within +-25%."""
+"""``kvldp evaluate`` and Horigome et al. 2023's Table 4: the PrivKV column reproduced within +-25%."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from kvldp.common.mechanisms import create, get, names
 from kvldp.evaluation.scoring import evaluate
 from kvldp.sim.datasets import generate, horigome_profile
 
-#: D2 Table 4, MSE(f) x 1e-4, PrivKV, Gaussian, n = 1e5, d = 50
+#: Horigome et al. 2023, Table 4, MSE(f) x 1e-4, PrivKV, Gaussian, n = 1e5, d = 50
 TABLE4_PRIVKV_GAUSS = {0.5: 84.629, 1.0: 22.588, 3.0: 2.324}
 
 
@@ -27,7 +27,7 @@ def test_horigome_profiles_reproduce_table_2() -> None:
 
 @pytest.mark.parametrize("epsilon", sorted(TABLE4_PRIVKV_GAUSS))
 def test_table4_privkv_gaussian(epsilon: float) -> None:
-    """10 repeats (as D2): the MSE averaged over 50 keys and 10 repeats has a relative sd of
+    """10 repeats (as the paper): the MSE averaged over 50 keys and 10 repeats has a relative sd of
     about sqrt(2/500) = 6%, so +-25% is a 4-sd band around the printed value."""
     data = generate("gaussian", 100_000, 50, seed=7)
     result = evaluate(
@@ -35,7 +35,7 @@ def test_table4_privkv_gaussian(epsilon: float) -> None:
     )
     printed = TABLE4_PRIVKV_GAUSS[epsilon] * 1e-4
     assert result["mse_frequency"] == pytest.approx(printed, rel=0.25)
-    # the spec's oracle: e^eps1 / (N (e^eps1 - 1)^2) + mean f(1-f)/N with N = n/d
+    # the prediction of docs/mechanisms.md, *Horigome et al. experiments*: e^eps1 / (N (e^eps1 - 1)^2) + mean f(1-f)/N with N = n/d
     f, _ = horigome_profile("gaussian", 50)
     e1 = math.exp(epsilon / 2)
     oracle = e1 / (2000 * (e1 - 1) ** 2) + float((f * (1 - f)).mean()) / 2000

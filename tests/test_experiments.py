@@ -1,8 +1,8 @@
 """``kvldp evaluate --experiment``: every grid runs quick end to end, and its parts are right.
 
 The quick grids go through the CLI (a subprocess, as a user runs them) and must finish
-inside the issue's one minute each; their outputs are read back and checked against the
-cells they should contain. The metrics of D1 and the "beat the paper" arithmetic are
+inside one minute each; their outputs are read back and checked against the cells they
+should contain. The metrics of Zhao et al. 2022 (FHR) and the "beat the paper" arithmetic are
 checked on hand-made inputs.
 """
 

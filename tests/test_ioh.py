@@ -1,8 +1,9 @@
-"""IOH (spec §11): the mechanism that estimates the joint-state cell sums behind
+"""IOH (docs/mechanisms.md, *IOH*): the mechanism that estimates the joint-state cell sums behind
 conditional queries.
 
-The §11.6 worked example through IOH's noise (the printed counts and their arithmetic),
-the expected-count round trip and the §11.7 variance example; estimators and their
+The worked example through IOH's noise (the printed counts and their arithmetic;
+docs/mechanisms.md, *Conditional worked example*), the expected-count round trip and
+the variance example of docs/mechanisms.md, *IOH*; estimators and their
 undefined and clipped answers; configuration and wire format; the privacy audit.
 Statistical tests compare the client against the exact model and the analytic variances
 and standard errors against repeated collections of a correlated synthetic population.
@@ -46,7 +47,7 @@ from support.conditional import (
 
 
 def noisy_example() -> tuple[IOH, Stats]:
-    """§11.6 arithmetic test: n = 3, per-bit budget ln 3 (p = 3/4), the printed counts."""
+    """The worked example's arithmetic with noise: n = 3, per-bit budget ln 3 (p = 3/4), the printed counts."""
     mech = IOH(3, 2.0 * math.log(3.0))
     counts = np.ones(27, dtype=np.int64)
     counts[21], counts[8], counts[9], counts[0] = 3, 2, 2, 0
@@ -79,7 +80,7 @@ def repeated_stats(
     return out
 
 
-# --------------------------------------------------------------------------- §11.6 and §11.7 worked examples
+# --------------------------------------------------------------------------- worked examples
 def test_arithmetic_with_noise() -> None:
     mech, stats = noisy_example()
     assert (mech.p, mech.q) == pytest.approx((0.75, 0.25), abs=1e-15)
@@ -113,7 +114,7 @@ def test_expected_count_round_trip() -> None:
 
 
 def test_expected_round_trip_fractional_values() -> None:
-    """Spec §0.6 with values strictly inside (-1, 1): Disc's expectation recovers every
+    """The expected-count round trip with values strictly inside (-1, 1): Disc's expectation recovers every
     conditional frequency and mean of the population exactly."""
     present, values = population(400, seed=3)
     users = KVData.from_dense(present, values)
@@ -131,7 +132,7 @@ def test_expected_round_trip_fractional_values() -> None:
 
 
 def test_variance_example() -> None:
-    """§11.7: d = 3, n = 1000, SUE at eps = 2: factor 0.9206735942, 12 cells, 11048.08."""
+    """docs/mechanisms.md, *IOH*: d = 3, n = 1000, SUE at eps = 2: factor 0.9206735942, 12 cells, 11048.08."""
     mech = IOH(3, 2.0)
     assert mech.noise == pytest.approx(0.9206735942, abs=1e-10)
     assert mech.signal == 0.0

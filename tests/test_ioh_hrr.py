@@ -1,4 +1,5 @@
-"""The low-order Hadamard joint-state mechanism (spec §12.3) and IOH with OUE bits."""
+"""The low-order Hadamard joint-state mechanism and IOH with OUE bits (docs/mechanisms.md,
+*Low-order Hadamard responses*, *IOH with OUE bits*)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kvldp.sim.datasets import generate
 
 
 @pytest.mark.parametrize(("d", "size"), [(2, 16), (3, 37), (4, 67), (8, 277), (10, 436)])
-def test_coefficient_set_sizes_of_spec_12_3(d: int, size: int) -> None:
+def test_coefficient_set_sizes(d: int, size: int) -> None:
     assert coefficient_set(d, 2).shape[0] == size == sum(math.comb(d, ell) * 3**ell for ell in range(3))
     mech = create("ioh_hrr", d, 1.0)
     assert isinstance(mech, IOHHRR) and mech.k == size - 1  # j = 0 is never sent
@@ -27,8 +28,8 @@ def test_digit_weights_are_the_hadamard_transform_of_the_state_set() -> None:
     np.testing.assert_array_equal(digit_weights((0, 1, 2)), [3, 1, 1, -1])  # free (code 3 unused)
 
 
-def test_variance_of_the_spec_example() -> None:
-    """d = 4, L = 2, eps = 1, n = 2e4, "keys 0 and 1 present". The spec's approximate formula
+def test_variance_below_the_approximation_that_keeps_j_0() -> None:
+    """d = 4, L = 2, eps = 1, n = 2e4, "keys 0 and 1 present". The approximate formula
     n c^2 |T_L| prod|T_i| / 4^|Q| (1.57e6) keeps j = 0 among the sampled coefficients; kvldp
     never sends j = 0 (Phi(0) = n is known), which removes its share:
     n K c^2 (prod 4|T_i| - prod |T_i|^2) / 16^|Q| minus the population term. Monte Carlo
@@ -45,7 +46,7 @@ def test_variance_of_the_spec_example() -> None:
     noise = n * mech.k * mech.c**2 * (4 * 2 * 4 * 2 - 2**2 * 2**2) / 16**2
     population = count * (1 - r) ** 2 + (n - count) * r**2
     assert variance == pytest.approx(noise - population, rel=1e-12)
-    assert variance < n * mech.c**2 * (mech.k + 1) * r  # below the spec's approximation
+    assert variance < n * mech.c**2 * (mech.k + 1) * r  # below the approximation
     rng = np.random.default_rng(5)
     draws = [
         mech.cell_sums(mech.collect(users, rng), [[both]], "unbiased")[0].estimates[0] for _ in range(600)

@@ -1,4 +1,5 @@
-"""PrivKV, PrivKV-A, EM3/EM4, KVUE, KVOH and F2M against the spec's worked numbers (§2-8)."""
+"""PrivKV, PrivKV-A, EM3/EM4, KVUE, KVOH and F2M against their worked numbers (docs/mechanisms.md,
+*Key-sampled mechanisms*)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,15 @@ from kvldp.sim import datasets
 P1_EPS1 = 0.7310585786300049  # e / (e + 1)
 
 
-def spec_key() -> KVData:
-    """The spec's one-key population: 2000 holders with v* = +1, 1000 with -1, 7000 without."""
+def one_key_population() -> KVData:
+    """The one-key population of the worked numbers: 2000 holders with v* = +1, 1000 with -1, 7000 without."""
     return KVData.from_pairs(1, [{0: 1.0}] * 2000 + [{0: -1.0}] * 1000 + [{}] * 7000)
 
 
-def test_privkv_vector_of_spec_2_and_3() -> None:
+def test_privkv_worked_numbers() -> None:
     mech = create("privkv", 1, 2.0)  # eps1 = eps2 = 1
     assert mech.p1 == pytest.approx(P1_EPS1, abs=1e-15)
-    expected = mech.expected_stats(spec_key())
+    expected = mech.expected_stats(one_key_population())
     counts = expected.arrays["counts"][0]
     assert counts[POS] == pytest.approx(2206.8001988135106, rel=1e-12)
     assert counts[NEG] == pytest.approx(1868.9654866664696, rel=1e-12)
@@ -43,15 +44,17 @@ def test_privkv_vector_of_spec_2_and_3() -> None:
 
 
 def test_privkv_paper_mean_is_shrunk_by_w() -> None:
-    """E[m_paper] = w m with w = f p1 / (f p1 + (1 - f)(1 - p1)) (spec §2 known bias)."""
+    """E[m_paper] = w m with w = f p1 / (f p1 + (1 - f)(1 - p1)) (docs/mechanisms.md, *PrivKV*)."""
     mech = create("privkv", 1, 2.0)
     w = 0.3 * mech.p1 / (0.3 * mech.p1 + 0.7 * (1 - mech.p1))
     assert w == pytest.approx(0.5381015262244488, abs=1e-12)
-    assert mech.estimate(mech.expected_stats(spec_key()), "paper").mean[0] == pytest.approx(w / 3, abs=1e-12)
+    assert mech.estimate(mech.expected_stats(one_key_population()), "paper").mean[0] == pytest.approx(
+        w / 3, abs=1e-12
+    )
 
 
 def test_privkv_a_closed_form_equals_inverse_of_em3_model() -> None:
-    """D0 §III's PrivKV-A formulas are the inverse of the three-state likelihood."""
+    """Sun et al. 2019 (Sec. III)'s PrivKV-A formulas are the inverse of the three-state likelihood."""
     p1, p2 = rr_keep(0.8), rr_keep(1.7)
     m1, m_1, m = 2500.0, 1900.0, 10000.0
     p1p, p2p = 2 * p1 - 1, 2 * p2 - 1
@@ -64,7 +67,7 @@ def test_privkv_a_closed_form_equals_inverse_of_em3_model() -> None:
 
 
 def test_em_posterior_worked_numbers() -> None:
-    """D2 §3.2: with uniform theta0, post(<1,+1> | <1,+1>) = p1 p2 = 0.3874556190 (EM4) and
+    """Horigome et al. 2023, Sec. 3.2: with uniform theta0, post(<1,+1> | <1,+1>) = p1 p2 = 0.3874556190 (EM4) and
     p1p2 / (p1p2 + p1q2 + q1/2) = 0.4776152000 (EM3) at eps1 = eps2 = 1/2."""
     p = rr_keep(0.5)
     p4 = em4_transition(p, p)
@@ -100,7 +103,7 @@ def test_em3_equals_privkv_a_inside_the_simplex_and_beats_it_outside() -> None:
     interior = np.all(linear > 0, axis=1)
     assert interior.sum() >= 20
     np.testing.assert_allclose(em.latent[interior], linear[interior], atol=1e-7)
-    # EM and the closed form share f whenever f lies in (0, 1) (spec §4)
+    # EM and the closed form share f whenever f lies in (0, 1) (docs/mechanisms.md, *PrivKV EM3 and EM4*)
     np.testing.assert_allclose(em.frequency[interior], mech.estimate(stats).frequency[interior], atol=1e-7)
     ll_em = (counts * np.log(em.latent @ mech.transition().T)).sum(axis=1)
     projected = mech.estimate(stats, "normsub")
@@ -109,7 +112,7 @@ def test_em3_equals_privkv_a_inside_the_simplex_and_beats_it_outside() -> None:
 
 
 def test_em4_mean_is_not_identified() -> None:
-    """Spec §4: EM4 converges to a start-dependent point; f is identified, m is not."""
+    """docs/mechanisms.md, *PrivKV EM3 and EM4*: EM4 converges to a start-dependent point; f is identified, m is not."""
     rng = np.random.default_rng(13)
     n = 20_000
     held = rng.random(n) < 0.3
@@ -129,10 +132,10 @@ def test_em4_mean_is_not_identified() -> None:
         mech.estimate(mech.new_stats().fold(mech.perturb_many(users, rng)), "em4", warm_start=np.ones((1, 3)))
 
 
-def test_kvue_vector_of_spec_7() -> None:
+def test_kvue_worked_numbers() -> None:
     mech = create("kvue", 1, 1.0)
     assert (mech.p, mech.q) == pytest.approx((0.5761168847658291, 0.21194155761708547), abs=1e-15)
-    counts = mech.expected_stats(spec_key()).arrays["counts"][0]
+    counts = mech.expected_stats(one_key_population()).arrays["counts"][0]
     np.testing.assert_allclose(
         counts, [2483.5909033195985, 4668.642866212061, 2847.7662304683417], rtol=1e-12
     )
@@ -140,10 +143,10 @@ def test_kvue_vector_of_spec_7() -> None:
     np.testing.assert_allclose(theta, [1000.0, 7000.0, 2000.0], atol=1e-8)
 
 
-def test_kvoh_vector_of_spec_8() -> None:
+def test_kvoh_worked_numbers() -> None:
     mech = create("kvoh", 1, 1.0)
     assert mech.p == pytest.approx(0.6224593312018546, abs=1e-15)
-    patterns = mech.expected_stats(spec_key()).arrays["counts"][0]
+    patterns = mech.expected_stats(one_key_population()).arrays["counts"][0]
     bits = np.array([[(b >> i) & 1 for i in range(3)] for b in range(8)])
     np.testing.assert_allclose(
         patterns @ bits, [4020.3253503851633, 5489.837324807419, 4265.244012788873], rtol=1e-12
@@ -154,7 +157,7 @@ def test_kvoh_vector_of_spec_8() -> None:
 
 def test_kvoh_em_is_more_efficient_and_its_standard_error_is_honest() -> None:
     """EM uses all 8 patterns: its frequency variance is below the paper's bit-sum estimator
-    and below the best linear combination of bit sums (spec §8: (2/3) e^(eps/2)/(N(e^(eps/2)-1)^2)
+    and below the best linear combination of bit sums (docs/mechanisms.md, *KVOH*: (2/3) e^(eps/2)/(N(e^(eps/2)-1)^2)
     plus the population term). Its (Fisher) standard error must match Monte Carlo: R = 600
     repeats, so the variance ratio has sd sqrt(2/R) = 5.8% and the tolerance is 4 sd."""
     rng = np.random.default_rng(15)
@@ -173,15 +176,15 @@ def test_kvoh_em_is_more_efficient_and_its_standard_error_is_honest() -> None:
     assert abs(draws.mean() - f) < 4 * math.sqrt(em_var / repeats)
 
 
-def test_f2m_vector_of_spec_6() -> None:
+def test_f2m_worked_numbers() -> None:
     mech = create("f2m", 1, 2.0)
-    counts = mech.expected_stats(spec_key()).arrays["counts"][0]  # c = 2k' + (v'+1)/2
+    counts = mech.expected_stats(one_key_population()).arrays["counts"][0]  # c = 2k' + (v'+1)/2
     np.testing.assert_allclose(
         counts,
         [1717.5544421888815, 4206.6798723311385, 1433.9769287710797, 2641.788756708901],
         rtol=1e-12,
     )
-    est = mech.estimate(mech.expected_stats(spec_key()))
+    est = mech.estimate(mech.expected_stats(one_key_population()))
     assert est.frequency[0] == pytest.approx(0.3, abs=1e-12)
     m_all = (counts[1] + counts[3] - counts[0] - counts[2]) / 10000 / (2 * mech.p2 - 1)
     assert m_all == pytest.approx(0.8, abs=1e-12)
@@ -255,7 +258,7 @@ def test_em_warm_start_converges_to_the_same_fit_faster() -> None:
 
 def test_expected_stats_cannot_be_folded_or_stored() -> None:
     mech = create("kvue", 1, 1.0)
-    expected = mech.expected_stats(spec_key())
+    expected = mech.expected_stats(one_key_population())
     with pytest.raises(ValueError, match="real-valued"):
         expected.to_bytes()
     with pytest.raises(ValueError, match="real-valued"):

@@ -1,4 +1,4 @@
-"""Frequency oracles: GRR's closed-form MLE, OLH's hash, HR, FHR's spec vectors and FLDP."""
+"""Frequency oracles: GRR's closed-form MLE, OLH's hash, HR, FHR's worked numbers and FLDP."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_grr_closed_form_mle_is_the_em_fixed_point() -> None:
 
 @pytest.mark.parametrize(("epsilon", "g"), [(0.5, 3), (1.0, 4), (2.0, 8), (4.0, 56)])
 def test_olh_hash_range_follows_the_corrected_rule(epsilon: float, g: int) -> None:
-    assert create("olh", 10, epsilon).g == g  # round(e^eps + 1), D1 erratum
+    assert create("olh", 10, epsilon).g == g  # round(e^eps + 1), not Zhao et al. 2022's ceil(eps + 1)
     assert create("olh", 10, epsilon, g=5).g == 5
 
 
@@ -84,7 +84,7 @@ def test_hr_transition_and_estimates() -> None:
     np.testing.assert_allclose(expected.arrays["counts"], p @ mech.item_totals(users))
 
 
-def test_fhr_vectors_of_spec_10() -> None:
+def test_fhr_worked_numbers() -> None:
     mech = create("fhr", 3, 1.0, ell=0)
     assert isinstance(mech, FHR)
     assert (mech.r, mech.length) == (2, 4)

@@ -1,4 +1,4 @@
-"""PCKV-UE and PCKV-GRR (spec §9), the mechanisms themselves: registration and parameter
+"""PCKV-UE and PCKV-GRR (docs/mechanisms.md, *PCKV*), the mechanisms themselves: registration and parameter
 checks, the client (padding and sampling, perturbation against the exact model), the
 statistics (fold algebra, serialisation, invalid reports) and the privacy audit.
 

@@ -1,6 +1,6 @@
-"""PCKV's privacy budget (:mod:`kvldp.common.mechanisms.pckv_budget`): the §9.5 vectors of
+"""PCKV's privacy budget (:mod:`kvldp.common.mechanisms.pckv_budget`): the worked numbers of
 the probabilities each mechanism configures from its epsilon split, the utility
-constants (g, h) against their closed forms and D4's selection rules, every allocation's
+constants (g, h) against their closed forms and Gu et al. 2020's selection rules, every allocation's
 (eps1, eps2), and the privacy levels of Theorems 2 and 3.
 """
 
@@ -22,8 +22,8 @@ from kvldp.common.mechanisms.pckv_budget import (
 from kvldp.common.privacy_audit import audit
 
 
-# ---------------------------------------------------------------------- §9.5 vectors
-def test_ue_parameters_section95() -> None:
+# ---------------------------------------------------------------------- worked numbers (docs/mechanisms.md, *PCKV worked numbers*)
+def test_ue_parameters_worked_numbers() -> None:
     mech = PCKVUE(5, 1.0)
     assert mech.a == pytest.approx(0.5, abs=1e-12)
     assert mech.b == pytest.approx(0.3497554090542189, abs=1e-12)
@@ -33,7 +33,7 @@ def test_ue_parameters_section95() -> None:
     assert mech.claimed_epsilon() == pytest.approx(1.0, abs=1e-12)
 
 
-def test_grr_parameters_section95() -> None:
+def test_grr_parameters_worked_numbers() -> None:
     mech = PCKVGRR(10, 1.0, ell=2)
     assert mech.d_prime == 12
     assert mech.a == pytest.approx(0.1981503122949316, abs=1e-12)
@@ -50,7 +50,7 @@ def test_grr_parameters_section95() -> None:
     assert result.tight and result.ok
 
 
-def test_gh_section95() -> None:
+def test_gh_worked_numbers() -> None:
     g, h = pckv_ue_gh(1.0)
     assert g == pytest.approx(6.551190748977905, rel=1e-12)
     assert h == pytest.approx(10.074963852370066, rel=1e-12)
@@ -72,7 +72,7 @@ def test_gh_closed_forms_match_probabilities(eps: float, ell: int, d: int) -> No
 @pytest.mark.parametrize("ell", [1, 2, 4])
 @pytest.mark.parametrize("d", [3, 20, 200, 5000])
 def test_gh_agree_with_d4_selection_rules(eps: float, ell: int, d: int) -> None:
-    """D4: UE has the smaller h iff 2(d-1) > ell(4ell-1)(e^eps+1); the smaller g iff
+    """Gu et al. 2020: UE has the smaller h iff 2(d-1) > ell(4ell-1)(e^eps+1); the smaller g iff
     2d > ell[4ell(e^eps+1)/(e^eps+3) - 1](e^eps+1)."""
     e = math.exp(eps)
     g_ue, h_ue = pckv_ue_gh(eps)
@@ -84,7 +84,7 @@ def test_gh_agree_with_d4_selection_rules(eps: float, ell: int, d: int) -> None:
 # ---------------------------------------------------------------------- allocations
 @pytest.mark.parametrize("eps", [0.5, 1.0, 2.0, 4.0])
 def test_allocations(eps: float) -> None:
-    """D4 Eq.19-23: every allocation's (a, b, p) matches its (eps1, eps2)."""
+    """Gu et al. 2020, Eq. 19-23: every allocation's (a, b, p) matches its (eps1, eps2)."""
     for alloc, eps1, eps2 in (
         ("naive", eps / 2, eps / 2),
         ("nonoptimized", math.log((math.exp(eps) + math.exp(eps / 2)) / 2), eps / 2),

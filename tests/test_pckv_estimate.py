@@ -1,4 +1,5 @@
-"""PCKV's estimators and variances (spec §9.4-9.5, :mod:`kvldp.common.mechanisms.pckv_estimate`):
+"""PCKV's estimators and variances (docs/mechanisms.md, *PCKV estimators*, *PCKV variances*;
+:mod:`kvldp.common.mechanisms.pckv_estimate`):
 expected-count round trips, Algorithm 4's inverse and corrections, Monte-Carlo checks of
 the analytic variances, EM and the normsub projection.
 
@@ -31,7 +32,7 @@ def tile(users: KVData, reps: int) -> KVData:
     return KVData(users.d, np.r_[0, ends], np.tile(users.keys, reps), np.tile(users.values, reps))
 
 
-def section95_population() -> KVData:
+def worked_population() -> KVData:
     """n = 100000, key 0 held by 20000 users (15000 at +1, 5000 at -1: f = 0.2, m = 0.5);
     60000 users hold one of keys 1..4, 20000 hold nothing — every user holds <= ell = 1 key."""
     keys = np.r_[np.zeros(20000, dtype=np.int64), np.arange(60000) % 4 + 1, -np.ones(20000, dtype=np.int64)]
@@ -40,7 +41,7 @@ def section95_population() -> KVData:
 
 
 def transcribed_theorem4(mech: PCKV, n: int, f: np.ndarray) -> np.ndarray:
-    """Var[f^] as transcribed in spec §9.4 (X2's Theorem 4)."""
+    """Var[f^] as Theorem 4 was transcribed (docs/mechanisms.md, *PCKV variances*)."""
     a, b, ell = mech.a, mech.b, mech.ell
     return ell**2 * b * (1 - b) / (n * (a - b) ** 2) + ell * f * (1 - a - b) / (n * (a - b))
 
@@ -60,11 +61,11 @@ def repeated_estimates(
     return np.array(freqs), np.array(means)
 
 
-# ---------------------------------------------------------------------- §9.5 vectors
-def test_ue_round_trip_section95() -> None:
-    """Expected counts (spec §0.6): E[n1], E[n2], then every estimator recovers f and m."""
+# ---------------------------------------------------------------------- worked numbers (docs/mechanisms.md, *PCKV worked numbers*)
+def test_ue_round_trip_worked_numbers() -> None:
+    """Expected counts (the expected-count round trip): E[n1], E[n2], then every estimator recovers f and m."""
     mech = PCKVUE(5, 1.0)
-    users = section95_population()
+    users = worked_population()
     expected = mech.expected_stats(users)
     assert expected.arrays["n1"][0] == pytest.approx(20145.509255318782, rel=1e-9)
     assert expected.arrays["n2"][0] == pytest.approx(17834.923469018733, rel=1e-9)
@@ -98,7 +99,7 @@ def test_expected_count_round_trip(cls: type[PCKV], ell: int) -> None:
     users = population(5, groups)
     f_true, m_true = users.truth()
     held = f_true > 0
-    # count_floor = 0: no correction binds on exact expectations (spec §0.6, m = -1 included)
+    # count_floor = 0: no correction binds on exact expectations (m = -1 included)
     mech = cls(5, 1.5, ell=ell, count_floor=0)
     expected = mech.expected_stats(users)
     for name in ("unbiased", "paper", "normsub"):

@@ -1,4 +1,4 @@
-"""PrivKVM (spec §5, reconstructed): rounds, virtual iterations, estimators, privacy."""
+"""PrivKVM (reconstructed; docs/mechanisms.md, *PrivKVM*): rounds, virtual iterations, estimators, privacy."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def population(n: int, rng: np.random.Generator) -> KVData:
     return KVData.from_dense(rng.random((n, 3)) < f, np.clip(rng.normal(0.5, 0.3, (n, 3)), -1, 1))
 
 
-def test_virtual_iteration_vector_of_spec_5() -> None:
+def test_virtual_iteration_worked_numbers() -> None:
     p1 = rr_keep(0.5)
     assert p1 == pytest.approx(0.6224593312, abs=1e-10)
     w = 0.3 * p1 / (0.3 * p1 + 0.7 * (1 - p1))
@@ -62,7 +62,7 @@ def test_audit_equals_the_composition_bound(mode: str, rounds: int) -> None:
 
 
 def test_paper_mean_converges_geometrically_along_the_expected_trajectory() -> None:
-    """On expected counts each calibration is exactly w m + (1 - w) m_published (spec §5), and
+    """On expected counts each calibration is exactly w m + (1 - w) m_published (docs/mechanisms.md, *PrivKVM budget and rounds*), and
     w = f in every round after the first (fair key coin), so bias_c = (1 - f)^(c-1) bias_1."""
     users = population(20_000, np.random.default_rng(32))
     true_f, true_m = users.truth()

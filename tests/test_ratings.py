@@ -33,7 +33,7 @@ def test_reads_movielens_csv_and_tab_separated_u_data(tmp_path: Path) -> None:
         assert r.top_items(2) == ["10", "20"]  # 3 ratings, then the first seen of the 1-rating items
         pop = r.to_population(["10", "30"])
         assert pop.n_users == 3 and pop.d == 2
-        # (r - 2.75) / 2.25, the spec's map for a 0.5-5 range
+        # (r - 2.75) / 2.25, the linear map of a 0.5-5 range into [-1, 1]
         dense_present, dense_values = pop.to_dense()
         assert dense_present.tolist() == [[True, False], [True, False], [True, True]]
         assert dense_values[0, 0] == pytest.approx((4.0 - 2.75) / 2.25)

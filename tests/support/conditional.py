@@ -1,5 +1,5 @@
-"""Shared data of the conditional-query and IOH tests: the §11.6 worked example (D0 Table
-III: keys Hamburger, Fries, Pepsi), its rows of queries, cells and true values, and a
+"""Shared data of the conditional-query and IOH tests: the worked example of docs/mechanisms.md,
+*Conditional worked example* (Sun et al. 2019, Table III: keys Hamburger, Fries, Pepsi), its rows of queries, cells and true values, and a
 correlated synthetic population with the exact probability of each joint-state set.
 
 Imported by :mod:`tests.test_conditional` (the query machinery) and :mod:`tests.test_ioh`
@@ -17,7 +17,7 @@ from kvldp.common.kvdata import KVData
 
 NAMES = ("hamburger", "fries", "pepsi")
 H, F, P = 0, 1, 2
-#: D0 Table III after discretisation (wire keys 0, 1, 2 = Hamburger, Fries, Pepsi)
+#: Sun et al. 2019's Table III after discretisation (wire keys 0, 1, 2 = Hamburger, Fries, Pepsi)
 TABLE_III = [{H: 1.0, P: -1.0}, {H: -1.0, F: 1.0, P: 1.0}, {F: -1.0, P: -1.0}]
 ONE_HOT_SUM = np.bincount([21, 8, 9], minlength=27).astype(np.float64)
 

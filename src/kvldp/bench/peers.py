@@ -23,7 +23,7 @@ is server-side aggregation at least 10x faster than the peer libraries at equal 
   estimates to 0 and renormalises them to sum to 1 (biased, and more accurate on small
   frequencies), so it is compared with kvldp's consistency post-processing,
   ``normsub``.
-* **Data.** D1's Zipf population (one item per user, as the peers expect). MSE is the
+* **Data.** Zhao et al. 2022's Zipf population (one item per user, as the peers expect). MSE is the
   mean over keys and repeats of (estimate - true frequency)^2; ``analytic_mse`` is the
   exact MSE of the unbiased estimator on this population, the expected value of both
   sides' unbiased MSE. With R repeats and d keys a measured MSE has a relative standard

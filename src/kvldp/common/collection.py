@@ -3,7 +3,7 @@
 One TOML file is shared by devices and aggregator so that both agree, by construction,
 on the mechanism, its parameters, the key names and the value range. Everything that
 changes how a report is produced or read enters the collection *digest*, which every
-report carries (spec §0.3, ``cfg``); a report whose digest differs is rejected, never
+report carries (``cfg``, ``docs/wire-format.md``); a report whose digest differs is rejected, never
 silently folded (the RAPPOR lesson).
 
 ```toml

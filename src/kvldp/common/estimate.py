@@ -1,8 +1,9 @@
 """The result of an estimator: per-key frequency and mean, each with a standard error.
 
-Frequencies are fractions of users (spec §14). A mean that is undefined (no holders
-estimated, no reports for the key, or a mechanism that collects keys only) is NaN and
-the diagnostics say why; callers never receive a silent 0.
+Frequencies are fractions of users (docs/mechanisms.md, *Data model*). A mean that is
+undefined (no holders estimated, no reports for the key, or a mechanism that collects
+keys only) is NaN and the diagnostics say why; callers never receive a silent 0
+(docs/mechanisms.md, *Undefined means*).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The exact output model a mechanism declares for the privacy audit.
+"""The exact output model a mechanism declares for the privacy audit (docs/mechanisms.md,
+*Privacy audit*).
 
 A mechanism describes its exact output distribution for a finite set of inputs, in one
 of two shapes:

@@ -1,4 +1,4 @@
-"""Randomisation primitives shared by the mechanisms (spec §0.2).
+"""Randomisation primitives shared by the mechanisms (docs/mechanisms.md, *Primitives*).
 
 Each function is vectorised over users: the simulators perturb millions of reports
 per call and the single-device path is the same code on arrays of length one, so the
@@ -24,7 +24,7 @@ def rr_keep(epsilon: float) -> float:
 
 
 def grr_probs(epsilon: float, m: int) -> tuple[float, float]:
-    """(p, q) of generalized randomized response over ``m`` symbols (spec §0.2)."""
+    """(p, q) of generalized randomized response over ``m`` symbols (docs/mechanisms.md, *Primitives*)."""
     denom = math.exp(epsilon) + m - 1
     return math.exp(epsilon) / denom, 1.0 / denom
 
@@ -110,7 +110,7 @@ _BIT_BLOCK = 1 << 24
 
 
 def pack_bits(bits: NDArray[np.bool_]) -> NDArray[np.uint8]:
-    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (spec §0.3)."""
+    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (docs/wire-format.md)."""
     return np.packbits(bits, axis=1, bitorder="little")
 
 

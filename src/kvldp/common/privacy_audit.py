@@ -2,9 +2,10 @@
 
 Each mechanism declares its exact output distribution over a finite input set (an
 :mod:`~kvldp.common.output_model`); this module takes the maximum log ratio over every
-pair of inputs and every output, exactly, and compares it with the mechanism's epsilon.
+pair of inputs and every output, exactly, and compares it with the mechanism's epsilon
+(docs/mechanisms.md, *Privacy audit*).
 
-FLDP (FHR, spec §10) is audited on its own terms: the ratio is taken over outputs in
+FLDP (FHR; docs/mechanisms.md, *FHR*) is audited on its own terms: the ratio is taken over outputs in
 the intersection of the two supports, and eta = min |R(t) ∩ R(t')| / max(|R(t)|, |R(t')|).
 """
 

@@ -1,6 +1,6 @@
 """Report payload schemas and columnar report batches.
 
-A mechanism declares its payload as a tuple of :class:`Field` (spec §0.3: indices are
+A mechanism declares its payload as a tuple of :class:`Field` (docs/wire-format.md: indices are
 unsigned integers below a bound, bitsets are LSB-first ``bin`` of exactly ceil(L/8)
 bytes with zero padding). A *batch* is a dict of numpy columns, one row per report;
 bitset columns are (n, nbytes) uint8 matrices. Validation is vectorised and returns a

@@ -1,5 +1,8 @@
 """Empirical-Bayes shrinkage of per-key estimates toward a prior fitted across the keys.
 
+Reference: docs/mechanisms.md, *Empirical Bayes shrinkage* (its fit, standard errors and
+the means' priors, each with the measurements that decided it).
+
 An estimator gives every key an estimate x_k with a (first-order) sampling variance s_k^2.
 When keys are many and their true values t_k spread around a common centre, the
 normal-normal model t_k ~ N(mu, tau^2), x_k | t_k ~ N(t_k, s_k^2) says how much of each

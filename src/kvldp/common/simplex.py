@@ -1,4 +1,5 @@
-"""Norm-Sub consistency post-processing (Wang et al., NDSS 2020) as a simplex projection.
+"""Norm-Sub consistency post-processing (Wang et al. 2020) as a simplex projection
+(docs/mechanisms.md, *Norm-Sub*).
 
 Norm-Sub sets negative estimates to zero and subtracts one common amount from the
 positive ones until they sum to the known total. That is exactly the Euclidean

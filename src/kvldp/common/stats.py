@@ -2,8 +2,9 @@
 
 Everything the aggregator keeps per partition and window is a :class:`Stats`. Folding
 adds integers, merging adds arrays, so ``fold(A ++ B) == merge(fold(A), fold(B))`` and
-the order of reports never matters (spec §0.4). Memory is fixed by the configuration
-(d, mechanism parameters), never by the number of reports. The byte form is msgpack
+the order of reports never matters (docs/mechanisms.md, *Statistics and configurations*).
+Memory is fixed by the configuration (d, mechanism parameters), never by the number of
+reports. The byte form is msgpack
 with raw little-endian int64 buffers and carries mechanism name and config digest, so
 a checkpoint can never be loaded into a differently-configured collection.
 """
@@ -69,7 +70,8 @@ class Stats:
     @classmethod
     def expected(cls, mechanism: Folder, arrays: Mapping[str, NDArray[np.float64]]) -> Stats:
         """Expected (real-valued) statistics of a population, for exact estimator checks
-        (spec §0.6). They can be estimated but never folded into, merged or serialised."""
+        (docs/mechanisms.md, *Expected-count round trip*). They can be estimated but never folded
+        into, merged or serialised."""
         stats = cls(mechanism)
         for k, v in arrays.items():
             if k not in stats.arrays or tuple(np.shape(v)) != stats.arrays[k].shape:

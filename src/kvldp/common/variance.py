@@ -1,4 +1,5 @@
-"""Variance algebra shared by the estimators: quadratic forms and the delta method.
+"""Variance algebra shared by the estimators: quadratic forms and the delta method
+(docs/mechanisms.md, *Standard errors*).
 
 Every standard error kvldp exports is an analytic variance evaluated at a plug-in
 point: the exact covariance of the integer statistics under the mechanism (given the

@@ -1,6 +1,6 @@
 """The wire format: versioned msgpack, one report per message or a columnar batch.
 
-Every Kafka message value is one msgpack map with the envelope of spec §0.3:
+Every Kafka message value is one msgpack map with this envelope (docs/wire-format.md):
 
 * ``ver`` — schema version, 1;
 * ``col`` — collection name; ``mech`` — mechanism tag; ``cfg`` — the collection digest

@@ -1,4 +1,5 @@
-"""``kvldp advise``: which key-value mechanism and estimator to run for a deployment, and why.
+"""``kvldp advise``: which key-value mechanism and estimator to run for a deployment, and why
+(docs/mechanisms.md, *Predicted errors*).
 
 For d keys, budget epsilon, L keys per device and n devices, every candidate (a
 mechanism with the estimator to run on it) is scored by its predicted MSE of frequency

@@ -5,7 +5,7 @@ The prediction is exact in expectation and analytic in spread: the mechanism's
 the probability model) go through the estimator once; the estimate's deviation from the
 truth is the estimator's bias — PCKV's padding bias when devices hold more keys than
 ``ell``, PrivKV's pull of the mean toward 0 — and its standard errors are the analytic
-variances at that point (spec §2-9; delta method for ratios). MSE = variance + bias^2,
+variances at that point (docs/mechanisms.md, *Predicted errors*; delta method for ratios). MSE = variance + bias^2,
 per key. Means are clipped into [-1, 1] by every estimator, so the mean's squared
 error is that of a clipped normal, E[(clip(X, -1, 1) - m)^2] with X ~ N(E m^, Var m^):
 where the delta-method variance is large (few holders per key) the clipped error stays

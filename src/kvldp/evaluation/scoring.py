@@ -1,4 +1,4 @@
-"""``kvldp evaluate``: simulate a population, perturb, fold, estimate, score (spec §14).
+"""``kvldp evaluate``: simulate a population, perturb, fold, estimate, score.
 
 The population is generated once from the seed; each repeat re-runs the mechanism's
 randomness on it (as the papers do), through the same ``collect``/``estimate`` code a
@@ -8,7 +8,8 @@ defined (someone holds it). An estimator that leaves such a key's mean undefined
 scored as answering 0, the centre of the value range [-1, 1] and the least-bad answer
 without information, and the key is counted in ``undefined_means``: so every estimator
 is scored on the same keys, and declining to answer is never cheaper than the
-no-information answer (which is what Algorithm 4's clipping prints for PCKV).
+no-information answer (which is what Algorithm 4's clipping prints for PCKV). Reference:
+docs/mechanisms.md, *Frequency and mean errors*.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class RepeatScore:
 
 
 def score(freq: FloatArray, mean: FloatArray, true_f: FloatArray, true_m: FloatArray) -> RepeatScore:
-    """Errors of one estimate against the population's truth (spec §14)."""
+    """Errors of one estimate against the population's truth (docs/mechanisms.md, *Frequency and mean errors*)."""
     df = freq - true_f
     f_ok = np.isfinite(df)
     m_defined = np.isfinite(true_m)

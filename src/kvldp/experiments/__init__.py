@@ -1,4 +1,5 @@
-"""``kvldp evaluate --experiment NAME``: the papers' experiments, reproduced (spec §13)."""
+"""``kvldp evaluate --experiment NAME``: the papers' experiments, reproduced (docs/mechanisms.md,
+*Experiments*)."""
 
 from __future__ import annotations
 

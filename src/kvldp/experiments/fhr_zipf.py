@@ -1,6 +1,7 @@
-"""Zhao et al. (D1): FHR vs OUE vs OLH on Zipf data (spec §13.5), top-k metrics.
+"""Zhao et al. 2022: FHR vs OUE vs OLH on Zipf data, top-k metrics (docs/mechanisms.md,
+*FHR experiments*).
 
-Population: numpy Zipf(a = 1.12) truncated to 1023 items, 593,358 users (the spec's
+Population: numpy Zipf(a = 1.12) truncated to 1023 items, 593,358 users (kvldp's
 hypothesis for the paper's generator), one item per user; the classic oracles (ell = 0).
 kvldp adds Norm-Sub on the same OUE and FHR reports.
 """
@@ -79,7 +80,7 @@ def claims(rows: list[Row]) -> list[Claim]:
 EXPERIMENT = Experiment(
     name="fhr-zipf",
     title="FHR vs OUE vs OLH on Zipf data, ε ∈ [0.4, 2] (Zhao et al.)",
-    source="Zhao et al.: FHR under flexible LDP (seed 001), §6",
+    source="Zhao et al. 2022: FLDP, flexible strategy for local differential privacy, Sec. 6",
     x_name="epsilon",
     cells=cells,
     metrics=(
@@ -88,11 +89,11 @@ EXPERIMENT = Experiment(
         Metric("ncr@50", "NCR, top 50 (higher is better)", log=False),
     ),
     notes="""
-FHR is (ε, 0.5)-FLDP, not ε-LDP (spec §10): its comparison with OUE and OLH is the
-paper's, at the same ε. The paper prints no numbers; the claims below are its text,
-checked. Metrics as spec §14 (natural-log symmetric KL, median relative error, squared
-error over the shared top-k, normalised cumulative rank); all k ∈ {20, 50, 100} are in
-the CSV, k = 50 in the tables.
+FHR is (ε, 0.5)-FLDP, not ε-LDP (docs/mechanisms.md, *FHR*): its comparison with OUE and
+OLH is the paper's, at the same ε. The paper prints no numbers; the claims below are its
+text, checked. Metrics as in docs/mechanisms.md, *Top-k metrics* (natural-log symmetric
+KL, median relative error, squared error over the shared top-k, normalised cumulative
+rank); all k ∈ {20, 50, 100} are in the CSV, k = 50 in the tables.
 """,
     claims=claims,
     extra=extra,

@@ -1,4 +1,5 @@
-"""Horigome, Kikuchi and Yu (D2): EM for PrivKV, Tables 4 and 5 (spec §13.2).
+"""Horigome, Kikuchi and Yu 2023: EM for PrivKV, Tables 4 and 5 (docs/mechanisms.md,
+*Horigome et al. experiments*).
 
 Populations: the Gaussian, power-law and linear models of Table 2 (d = 50, each key held
 independently with probability f_k at value m_k). The paper's three columns are EM
@@ -200,7 +201,8 @@ def claims5(rows: list[Row]) -> list[Claim]:
         ]
         out.append(
             Claim(
-                f"{panel}: printed PrivKV MSE(f) matches its expected value (spec §13.2: it does not)",
+                f"{panel}: printed PrivKV MSE(f) matches its expected value "
+                "(docs/mechanisms.md, *Horigome et al. experiments*: it does not)",
                 all(0.8 < q < 1.25 for q in ratios) if ratios else None,
                 "printed/expected = " + ", ".join(f"{q:.1f}" for q in ratios),
             )
@@ -218,7 +220,8 @@ what to expect where frequency says little about a key's mean.
 """
 NOTES4 = (
     """
-Populations: spec §13.2 (Table 2 moments; the power law is the moment-matched surrogate).
+Populations: docs/mechanisms.md, *Synthetic populations* (Table 2 moments; the power law is
+the moment-matched surrogate).
 ε1 = ε2 = ε/2. The paper's MSE(f) is printed ×10^-4; the MSE(m) tables have no printed
 counterpart (the paper shows MAE(m) figures only). The `advise` series run the mechanisms
 `kvldp advise --keys 50 --epsilon ε --keys-per-device L --dataset NAME` ranks first by
@@ -230,11 +233,12 @@ another draw of the same kind of population).
 )
 NOTES5 = (
     """
-ε = 2, d = 50. Table 5 as printed is inconsistent with its own Table 4 (spec §13.2): the
-printed PrivKV column is ~10× the expected value e^ε1/(N(e^ε1−1)^2) + mean f(1−f)/N
-with N = n/d. The `(theory)` columns give the expected values (the analytic prediction
+ε = 2, d = 50. Table 5 as printed is inconsistent with its own Table 4 (docs/mechanisms.md,
+*Horigome et al. experiments*): the printed PrivKV column is ~10× the expected value
+e^ε1/(N(e^ε1−1)^2) + mean f(1−f)/N with N = n/d. The `(theory)` columns give the expected values (the analytic prediction
 of `kvldp.evaluation.prediction`), next to the printed ones. The n = 10^7 row is not simulated (2.5·10^8
-key-value pairs do not fit a test machine's memory); its printed numbers are in the spec.
+key-value pairs do not fit a test machine's memory); its printed numbers are kept in
+`src/kvldp/experiments/horigome.py`.
 """
     + MEANS_NOTE
 )
@@ -242,7 +246,7 @@ key-value pairs do not fit a test machine's memory); its printed numbers are in 
 TABLE4_EXPERIMENT = Experiment(
     name="horigome-table4",
     title="MSE(f) vs ε, n = 10^5, d = 50 (Horigome et al., Table 4)",
-    source="Horigome, Kikuchi, Yu: EM for PrivKV (seed 002), Table 4",
+    source="Horigome, Kikuchi, Yu 2023: EM for PrivKV, Table 4",
     x_name="epsilon",
     cells=table4_cells,
     metrics=(Metric("mse_frequency", "MSE(f) [×10^-4]", SCALE), Metric("mse_mean", "MSE(m)")),
@@ -252,7 +256,7 @@ TABLE4_EXPERIMENT = Experiment(
 TABLE5_EXPERIMENT = Experiment(
     name="horigome-table5",
     title="MSE(f) vs n, ε = 2, d = 50 (Horigome et al., Table 5)",
-    source="Horigome, Kikuchi, Yu: EM for PrivKV (seed 002), Table 5",
+    source="Horigome, Kikuchi, Yu 2023: EM for PrivKV, Table 5",
     x_name="users",
     cells=table5_cells,
     metrics=(Metric("mse_frequency", "MSE(f) [×10^-4]", SCALE), Metric("mse_mean", "MSE(m)")),

@@ -1,9 +1,9 @@
-"""Top-k metrics of the FHR paper (D1 Eq.13-16, spec §14) and top-N MSE.
+"""Top-k metrics of the FHR paper (Zhao et al. 2022, Eq. 13-16; docs/mechanisms.md, *Top-k metrics*).
 
 Frequencies are fractions of the users. C is the true top-k (ties by key id), the
 estimated top-k ranks the estimate the same way. Zero or negative estimates inside C are
-floored at 1e-12 before the KL divergences, and both vectors renormalised over C, as
-the spec proposes (items nobody holds are left out of C for KLD and RE: they have no
+floored at 1e-12 before the KL divergences, and both vectors renormalised over C (the
+paper leaves them open; items nobody holds are left out of C for KLD and RE: they have no
 ratio); RE is the median relative error over C, SE the mean squared error
 over the keys both top-k lists share (NaN when they share none), NCR the rank-weighted
 share of the true top-k that the estimated top-k recovers.
@@ -56,7 +56,7 @@ def ncr(true_f: FloatArray, est_f: FloatArray, k: int) -> float:
 
 
 def top_k_metrics(true_f: FloatArray, est_f: FloatArray, k: int) -> dict[str, float]:
-    """All four D1 metrics at top-k, named ``kld@k``, ``re@k``, ``se@k``, ``ncr@k``."""
+    """All four of the paper's metrics at top-k, named ``kld@k``, ``re@k``, ``se@k``, ``ncr@k``."""
     return {
         f"kld@{k}": kld(true_f, est_f, k),
         f"re@{k}": relative_error(true_f, est_f, k),

@@ -62,7 +62,7 @@ class Metric:
 
     column: str
     label: str
-    scale: float = 1.0  # the table prints value / scale (D2 prints MSE(f) x 10^-4)
+    scale: float = 1.0  # the table prints value / scale (Horigome et al. print MSE(f) x 10^-4)
     log: bool = True  # plotted on a log axis (errors); NCR, a share in [0, 1], is not
 
 

@@ -1,4 +1,4 @@
-"""Gu et al. (D4): PCKV on synthetic data, §6.1 (spec §13.4).
+"""Gu et al. 2020: PCKV on synthetic data, Sec. 6.1 (docs/mechanisms.md, *PCKV experiments*).
 
 UU and GG populations (n = 10^6, d = 100, one pair per user, ell = 1). The paper's
 series are PrivKVM with c = 1, PrivKVM with one round and five virtual iterations
@@ -141,8 +141,8 @@ def claims(rows: list[Row]) -> list[Claim]:
 
 EXPERIMENT = Experiment(
     name="pckv-synthetic",
-    title="MSE of frequency and mean vs ε, n = 10^6, d = 100, UU and GG (Gu et al., §6.1)",
-    source="Gu et al.: PCKV, USENIX Security 2020 (seed 004), §6.1, Figs 4-5",
+    title="MSE of frequency and mean vs ε, n = 10^6, d = 100, UU and GG (Gu et al. 2020, Sec. 6.1)",
+    source="Gu et al. 2020: PCKV, USENIX Security 2020, Sec. 6.1, Figs 4-5",
     x_name="epsilon",
     cells=cells,
     metrics=(Metric("mse_frequency", "MSE(f)"), Metric("mse_mean", "MSE(m)")),

@@ -1,7 +1,7 @@
-"""Sun et al. (D0): single-key estimation vs ε (Fig. 1) and conditional analysis with IOH
-(Figs 6-7), spec §13.1.
+"""Sun et al. 2019: single-key estimation vs ε (Fig. 1) and conditional analysis with IOH
+(Figs 6-7); docs/mechanisms.md, *Sun et al. experiments*.
 
-Fig. 1 populations are the spec's generator for D0's "uniform" and "Gaussian" data
+Fig. 1 populations are kvldp's generator for the paper's "uniform" and "Gaussian" data
 (100 keys, 10^5 users). Fig. 6-7 use the ``conditional`` population (correlated keys,
 so conditioning changes the answer; see :mod:`kvldp.sim.datasets`), every ordered pair
 (k | c = 1) and (k | c = 0) as queries.
@@ -24,7 +24,7 @@ FIG1_PAPER: tuple[tuple[str, str, str, dict[str, object]], ...] = (
     ("KVUE", "kvue", "unbiased", {}),
     ("KVOH", "kvoh", "unbiased", {}),
 )
-D1 = 100
+FIG1_KEYS = 100
 
 
 def fig1_cells(quick: bool) -> list[Cell]:
@@ -35,7 +35,7 @@ def fig1_cells(quick: bool) -> list[Cell]:
     for panel in panels:
         for e in epsilons:
             out += [
-                Cell(panel, e, s, "paper", FIG1_PANELS[panel], users, D1, e, m, est, repeats, p)
+                Cell(panel, e, s, "paper", FIG1_PANELS[panel], users, FIG1_KEYS, e, m, est, repeats, p)
                 for s, m, est, p in FIG1_PAPER
             ]
             out += [
@@ -46,7 +46,7 @@ def fig1_cells(quick: bool) -> list[Cell]:
                     "kvldp",
                     FIG1_PANELS[panel],
                     users,
-                    D1,
+                    FIG1_KEYS,
                     e,
                     "kvue",
                     est,
@@ -54,7 +54,7 @@ def fig1_cells(quick: bool) -> list[Cell]:
                 )
                 for label, est in (("EM", "em"), ("EB", "eb"))
             ]
-            t = auto_t(e, D1)
+            t = auto_t(e, FIG1_KEYS)
             if t > 1:  # t = 1 is KVUE itself
                 out.append(
                     Cell(
@@ -64,7 +64,7 @@ def fig1_cells(quick: bool) -> list[Cell]:
                         "kvldp",
                         FIG1_PANELS[panel],
                         users,
-                        D1,
+                        FIG1_KEYS,
                         e,
                         "kvue_multi",
                         "em",
@@ -72,8 +72,8 @@ def fig1_cells(quick: bool) -> list[Cell]:
                         {"t": t},
                     )
                 )
-            # D0's populations hold about half of the keys per user
-            top = advise(D1, e, D1 // 2, users, dataset=FIG1_PANELS[panel])[0]
+            # the paper's populations hold about half of the keys per user
+            top = advise(FIG1_KEYS, e, FIG1_KEYS // 2, users, dataset=FIG1_PANELS[panel])[0]
             out.append(
                 Cell(
                     panel,
@@ -82,7 +82,7 @@ def fig1_cells(quick: bool) -> list[Cell]:
                     "kvldp",
                     FIG1_PANELS[panel],
                     users,
-                    D1,
+                    FIG1_KEYS,
                     e,
                     top.mechanism,
                     top.estimator,
@@ -159,7 +159,7 @@ def fig1_claims(rows: list[Row]) -> list[Claim]:
 FIG1 = Experiment(
     name="sun-fig1",
     title="frequency and mean error vs ε, d = 100, n = 10^5 (Sun et al., Fig. 1)",
-    source="Sun et al.: conditional analysis for key-value data with LDP (seed 000), §VI-A, Fig. 1",
+    source="Sun et al. 2019: conditional analysis for key-value data with LDP, Sec. VI-A, Fig. 1",
     x_name="epsilon",
     cells=fig1_cells,
     metrics=(
@@ -296,7 +296,9 @@ def conditional_claims(rows: list[Row]) -> list[Claim]:
     beats = [oue[(r["panel"], r["x"])][col_f] < r[col_f] for r in ioh if (r["panel"], r["x"]) in oue]
     out.append(
         Claim(
-            "OUE beats SUE on conditional frequencies (D3)", all(beats), f"{sum(beats)} of {len(beats)} cells"
+            "OUE beats SUE on conditional frequencies (Sun, Ping and Ye 2021)",
+            all(beats),
+            f"{sum(beats)} of {len(beats)} cells",
         )
     )
     return out
@@ -305,7 +307,7 @@ def conditional_claims(rows: list[Row]) -> list[Claim]:
 CONDITIONAL = Experiment(
     name="sun-conditional",
     title="2-way conditional frequency and mean with IOH, d ∈ {2, 4, 8} (Sun et al., Figs 6-7)",
-    source="Sun et al. (seed 000) §VI-D, Figs 6-7; D3's OUE variant",
+    source="Sun et al. 2019, Sec. VI-D, Figs 6-7; the OUE variant of Sun, Ping and Ye 2021",
     x_name="epsilon",
     cells=conditional_cells,
     metrics=(
@@ -318,9 +320,9 @@ CONDITIONAL = Experiment(
 The paper plots private against non-private answers and prints no numbers. Queries:
 every ordered pair of keys (k | c = 1) and (k | c = 0). Population: the `conditional`
 dataset (keys held with probability 1/2, positively correlated through a shared factor,
-values around -0.5) instead of D0's independent keys at f = 0.8 and m = -0.8, under which
-every conditional answer equals the unconditional one. ε is not given; {1, 2, 4} as the
-spec proposes. Errors are against the exact conditional values of the same population.
+values around -0.5) instead of the paper's independent keys at f = 0.8 and m = -0.8, under
+which every conditional answer equals the unconditional one. ε is not given; kvldp uses
+{1, 2, 4}. Errors are against the exact conditional values of the same population.
 """,
     claims=conditional_claims,
     queries=pair_queries,

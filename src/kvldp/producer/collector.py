@@ -91,7 +91,8 @@ logger = logging.getLogger("kvldp.producer")
 
 
 def secure_rng() -> np.random.Generator:
-    """A generator seeded from the OS entropy pool (spec §0.3: unpredictable to the server)."""
+    """A generator seeded from the OS entropy pool: unpredictable to the server (docs/mechanisms.md,
+    *Primitives*)."""
     return np.random.default_rng(secrets.randbits(128))
 
 

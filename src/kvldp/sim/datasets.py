@@ -1,27 +1,28 @@
-"""Synthetic populations of the papers' experiments (spec §13), as :class:`KVData`.
+"""Synthetic populations of the papers' experiments, as :class:`KVData` (docs/mechanisms.md,
+*Synthetic populations*).
 
 Each generator is deterministic given its seed and returns users whose values already
 lie in [-1, 1]. The same generators drive ``kvldp evaluate`` and the simulated devices.
 
-* ``gaussian``, ``linear``, ``powerlaw`` — Horigome et al. (D2, §13.2): key k is held
-  independently with probability f_k, with value m_k; f and m reconstructed from D2's
-  Table 2 (the power law is the spec's moment-matched surrogate). For d != 50 the
+* ``gaussian``, ``linear``, ``powerlaw`` — Horigome et al. 2023: key k is held
+  independently with probability f_k, with value m_k; f and m reconstructed from the
+  paper's Table 2 (the power law is kvldp's moment-matched surrogate). For d != 50 the
   Gaussian bump keeps its shape (centre d/2, sigma d/5).
-* ``uniform``, ``gaussian_pckv`` — PCKV's UU and GG (D4, §13.4): one pair per user.
-* ``zipf`` — D1's Zipf data (§13.5): one item per user from numpy's Zipf(a = 1.12)
+* ``uniform``, ``gaussian_pckv`` — PCKV's UU and GG (Gu et al. 2020): one pair per user.
+* ``zipf`` — Zhao et al. 2022's Zipf data: one item per user from numpy's Zipf(a = 1.12)
   truncated to the d keys; values are per-key constants as in UU.
-* ``sun_uniform``, ``sun_gaussian`` — Sun et al.'s synthetic data (D0, §13.1, the spec's
-  generator): per key f_k ~ U(0, 1), m_k ~ U(-1, 1) (or truncated N(0.5, 0.2^2) and
+* ``sun_uniform``, ``sun_gaussian`` — Sun et al. 2019's synthetic data (kvldp's
+  generator; the paper gives none): per key f_k ~ U(0, 1), m_k ~ U(-1, 1) (or truncated N(0.5, 0.2^2) and
   N(0, 0.5^2)); a user holds key k with probability f_k, v = clip(N(m_k, 0.2^2)).
 * ``csv:PATH`` — a ratings file (:mod:`kvldp.sim.ratings`): the d most-rated items are
   the keys, ratings scaled into [-1, 1] from the file's rating range, every user kept.
-* ``conditional`` — correlated keys for conditional analysis (§13.1 leaves the
+* ``conditional`` — correlated keys for conditional analysis (the paper leaves the
   generator open): a user-level factor z ~ N(0, 1) drives both presence (key k is held
   when 0.5 z + sqrt(0.75) e_k falls below the 50% quantile, so every pair of keys is
   positively correlated) and values (v = clip(-0.5 + 0.3 z + 0.2 e', -1, 1)), so
   conditional frequencies and means really differ from the unconditional ones. Each
   key is held by half the users, so conditioning on presence or absence keeps about
-  half the population (D0's f = 0.8 would leave a fifth on the absent side).
+  half the population (Sun et al. 2019's f = 0.8 would leave a fifth on the absent side).
 """
 
 from __future__ import annotations
@@ -53,14 +54,14 @@ class Dataset:
 
 
 def _independent_keys(n: int, f: FloatArray, m: FloatArray, rng: np.random.Generator) -> KVData:
-    """Users hold key k independently with probability f_k, all with value m_k (D2)."""
+    """Users hold key k independently with probability f_k, all with value m_k (Horigome et al. 2023)."""
     present = rng.random((n, f.shape[0])) < f[None, :]
     values = np.broadcast_to(m[None, :], present.shape)
     return KVData.from_dense(present, np.asarray(values, dtype=np.float64))
 
 
 def horigome_profile(name: str, d: int) -> tuple[FloatArray, FloatArray]:
-    """Per-key (f_k, m_k) of D2's Gaussian, linear and power-law models (spec §13.2)."""
+    """Per-key (f_k, m_k) of Horigome et al. 2023's Gaussian, linear and power-law models."""
     k = np.arange(1, d + 1, dtype=np.float64)
     if name == "gaussian":
         centre, sigma = d / 2.0, d / 5.0
@@ -90,7 +91,7 @@ def uniform_pairs(n: int, d: int, rng: np.random.Generator) -> KVData:
 def gaussian_pairs(n: int, d: int, rng: np.random.Generator) -> KVData:
     """PCKV GG: key = ceil(|sigma z|) (sigma = d/2, i.e. 50 for d = 100), keys > d discarded,
     the list 1..d prepended once so every key occurs, first n kept; mu_k ~ N(0, 1)
-    rejection-sampled into [-1, 1] ([X1] GenData.m)."""
+    rejection-sampled into [-1, 1] (as the PCKV authors' reference code generates it)."""
     sigma = d / 2.0
     keys = np.arange(1, d + 1, dtype=np.int64)
     parts = [keys]
@@ -110,7 +111,7 @@ def gaussian_pairs(n: int, d: int, rng: np.random.Generator) -> KVData:
 
 
 def zipf_items(n: int, d: int, rng: np.random.Generator) -> KVData:
-    """D1's Zipf data: numpy Zipf(a = 1.12) draws <= d (one item per user), values mu_k."""
+    """Zhao et al. 2022's Zipf data: numpy Zipf(a = 1.12) draws <= d (one item per user), values mu_k."""
     mu = _per_key_means(d, rng)
     parts: list[np.ndarray] = []
     have = 0
@@ -134,7 +135,7 @@ def _truncated_normal(
 
 
 def sun_synthetic(n: int, d: int, rng: np.random.Generator, gaussian: bool) -> KVData:
-    """D0's "uniform" / "Gaussian" data (see the module docstring)."""
+    """Sun et al. 2019's "uniform" / "Gaussian" data (see the module docstring)."""
     if gaussian:
         f = _truncated_normal(0.5, 0.2, 0.0, 1.0, d, rng)
         m = _truncated_normal(0.0, 0.5, -1.0, 1.0, d, rng)

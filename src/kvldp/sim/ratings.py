@@ -4,7 +4,7 @@ Ratings files are how the papers' real data comes (MovieLens, Clothing, Amazon):
 row per rating, extra columns (a timestamp) ignored, separated by commas, tabs or
 MovieLens 10M's ``::``, with or without a header, in any row order. A user is a device, an item is a key, a rating
 is a value. The papers keep the most-rated items as the key domain and scale ratings
-linearly into [-1, 1] from the rating range (spec §13.1: ML-20M's 0.5-5 gives
+linearly into [-1, 1] from the rating range (MovieLens 20M's 0.5-5 gives
 v = (r - 2.75)/2.25); :func:`to_population` does exactly that, and every user stays in
 the population — a user holding none of the kept items still reports (as "none").
 

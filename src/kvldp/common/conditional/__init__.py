@@ -1,21 +1,21 @@
-"""Conditional key-value queries over users' joint key states (spec §11.2, §11.5, §11.7).
+"""Conditional key-value queries over users' joint key states (docs/mechanisms.md, *Conditional analysis*).
 
 A conditional query asks, among the users that do (1) or do not (0) hold some keys,
 how many also hold a target key k (conditional frequency f(k|C)) and what their mean
 value of k is (conditional mean m(k|C)). Every answer is a ratio of *cell-set counts*:
-the number of users whose joint state (s_1, ..., s_d), s_i the state code of §0.2
+the number of users whose joint state (s_1, ..., s_d), s_i the state code (docs/mechanisms.md, *Primitives*)
 (0 = <1,-1>, 1 = absent, 2 = <1,+1>), lies in a product set T_1 x ... x T_d.
 
 This package holds everything about such queries that does not depend on how a
 mechanism estimates those counts, so that IOH (3^d-bit one-hot reports) and the
-O(log)-communication proposals of §12 answer the same queries through the same code.
+O(log)-communication Hadamard mechanism answer the same queries through the same code.
 Its modules, each one layer of that code, and this file their public API:
 
 * :mod:`~kvldp.common.conditional.cells` — the state codes, users' joint states over
   the base-3 index (key 1 the most significant digit), and :class:`ProductSet`, the
-  product-set form of the counting operators (§11.5);
+  product-set form of the counting operators (docs/mechanisms.md, *Counting operators*);
 * :mod:`~kvldp.common.conditional.query` — :class:`Condition`, the (alpha, beta)
-  encoding of D0 Def.3, and :class:`ConditionalQuery`, which adds the target key;
+  encoding of Sun et al. 2019, Def. 3, and :class:`ConditionalQuery`, which adds the target key;
 * :mod:`~kvldp.common.conditional.parse` — :func:`parse_query` reads
   ``"pepsi | hamburger=1, fries=0"`` given the key names;
 * :mod:`~kvldp.common.conditional.answer` — :class:`CellSumOracle`, the one thing a

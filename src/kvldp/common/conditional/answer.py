@@ -3,10 +3,11 @@
 A mechanism implements :class:`CellSumOracle` (estimated counts of groups of product
 sets with their covariance matrix *within* each group); :func:`answer_queries` turns
 those counts into f(k|C) = F^{a'}_{b'} / F^a_b and m(k|C) = (S+ - S-) / (S+ + S-) with
-delta-method standard errors and the spec's corrections (NaN for a denominator <= 0,
+delta-method standard errors and kvldp's corrections (NaN for a denominator <= 0,
 clipping, the known n for an empty condition). A full covariance (not "disjoint sets are
 independent") keeps the ratio algebra valid for mechanisms whose cell estimates are
-correlated, such as Hadamard coefficients. The sets come from
+correlated, such as Hadamard coefficients (docs/mechanisms.md, *Answering a conditional
+query*). The sets come from
 :meth:`ConditionalQuery.sets` of :mod:`~kvldp.common.conditional.query`.
 """
 
@@ -109,7 +110,7 @@ def _answer(
     diag: dict[str, Any] = {}
 
     # f = Num / Den by the delta method with the Num-Den covariance; for IOH the sets are
-    # nested, so this is [V_num (1-r)^2 + r^2 V_rest] / Den^2 of spec §11.7.
+    # nested, so this is [V_num (1-r)^2 + r^2 V_rest] / Den^2 (docs/mechanisms.md, *IOH*).
     if den > 0:
         raw_f = num / den
         var_f = (float(cov[0, 0]) - 2.0 * raw_f * cov_nd + raw_f * raw_f * var_den) / (den * den)
@@ -157,7 +158,7 @@ def answer_queries(
     estimator: str = "unbiased",
     clip_frequency: bool = True,
 ) -> list[ConditionalEstimate]:
-    """Answer conditional queries from one statistics snapshot (spec §11.5 and §11.7).
+    """Answer conditional queries from one statistics snapshot (docs/mechanisms.md, *Answering a conditional query*).
 
     One oracle call serves all queries. ``clip_frequency=False`` keeps the raw (unbiased)
     frequency, which is what per-key estimates report; means are always clipped.

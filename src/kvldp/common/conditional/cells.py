@@ -1,6 +1,6 @@
 """The cell space of conditional queries: joint states and product sets of them.
 
-A user's joint state (s_1, ..., s_d) takes the state code s_i of spec §0.2 per key
+A user's joint state (s_1, ..., s_d) takes the state code s_i per key (docs/mechanisms.md, *Primitives*)
 (0 = <1,-1>, 1 = absent, 2 = <1,+1>) and is one *cell* of the 3^d base-3 index, key 1
 (wire key 0) the most significant digit. This module maps users onto those cells (their
 states, or the distribution of their states under Disc) and defines :class:`ProductSet`,
@@ -22,7 +22,7 @@ from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
 from kvldp.common.primitives import FloatArray, IntArray, disc
 
-#: state codes of spec §0.2 (s = k v* + 1); they are the base-3 digits of a joint state
+#: state codes (s = k v* + 1; docs/mechanisms.md, *Primitives*); the base-3 digits of a joint state
 NEG, ABSENT, POS = 0, 1, 2
 ALL_STATES = (NEG, ABSENT, POS)
 PRESENT_STATES = (NEG, POS)
@@ -38,7 +38,7 @@ class InvalidQuery(KvldpError):
 # --------------------------------------------------------------------------- joint states
 def joint_states(users: KVData, rng: np.random.Generator) -> IntArray:
     """(n, d) state codes of every user: 1 where a key is absent, and for each held key
-    Disc applied independently to its value (0 for -1, 2 for +1), as the client of §11.3."""
+    Disc applied independently to its value (0 for -1, 2 for +1), as IOH's client does (docs/mechanisms.md, *IOH*)."""
     states = np.full((users.n_users, users.d), ABSENT, dtype=np.int64)
     rows = np.repeat(np.arange(users.n_users, dtype=np.int64), users.sizes)
     states[rows, users.keys] = np.where(disc(users.values, rng) > 0, POS, NEG)
@@ -47,7 +47,7 @@ def joint_states(users: KVData, rng: np.random.Generator) -> IntArray:
 
 def joint_index(states: IntArray) -> IntArray:
     """Base-3 index I = sum_i 3^(d-i) s_i of joint states (..., d): wire key 0 (the paper's
-    key 1) is the most significant digit, so D0's concatenated digits read as the index."""
+    key 1) is the most significant digit, so Sun et al. 2019's concatenated digits read as the index."""
     d = states.shape[-1]
     weights = 3 ** np.arange(d - 1, -1, -1, dtype=np.int64)
     return np.asarray(states.astype(np.int64) @ weights, dtype=np.int64)
@@ -89,7 +89,8 @@ def expected_joint_counts(users: KVData) -> FloatArray:
 @dataclass(frozen=True)
 class ProductSet:
     """T_1 x ... x T_d: per key (wire order) the allowed state codes, a non-empty subset of
-    {0, 1, 2}. The counting operators of D0 Eq.10-14 are all of this form (§11.5)."""
+    {0, 1, 2}. The counting operators of Sun et al. 2019, Eq. 10-14, are all of this form
+    (docs/mechanisms.md, *Counting operators*)."""
 
     allowed: tuple[tuple[int, ...], ...]
 

@@ -35,7 +35,7 @@ def parse_query(text: str, names: Sequence[str]) -> ConditionalQuery:
     """Parse ``"target | key=1, key=0"`` over the key ``names`` (wire order).
 
     ``"target"`` alone is the unconditional query. Conditions may also use the grouped
-    notation of D0 Def.2 and D3, ``"target | k1, k2 = 1, 0"``. Whitespace is ignored
+    notation of Sun et al. 2019 (Def. 2) and Sun, Ping and Ye 2021, ``"target | k1, k2 = 1, 0"``. Whitespace is ignored
     around names and values; values are 0 (absent) or 1 (present). Every error names
     the offending token.
     """

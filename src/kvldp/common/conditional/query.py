@@ -1,9 +1,9 @@
 """The query model: conditions in the (alpha, beta) encoding and conditional queries.
 
-:class:`Condition` is the (alpha, beta) encoding of D0 Def.3 (order-free, key 1 = wire
+:class:`Condition` is the (alpha, beta) encoding of Sun et al. 2019, Def. 3 (order-free, key 1 = wire
 key 0 leftmost); :class:`ConditionalQuery` adds the target key k and knows the product
 sets (:mod:`~kvldp.common.conditional.cells`) whose counts answer f(k|C) and m(k|C)
-(§11.5). Reading a query from text is :mod:`~kvldp.common.conditional.parse`; estimating
+(docs/mechanisms.md, *Counting operators*). Reading a query from text is :mod:`~kvldp.common.conditional.parse`; estimating
 its answer is :mod:`~kvldp.common.conditional.answer`.
 """
 
@@ -44,7 +44,8 @@ def _bits(value: str | Sequence[int], what: str) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Condition:
-    """The (alpha, beta) encoding of a condition list (D0 Def.3, spec §11.2).
+    """The (alpha, beta) encoding of a condition list (Sun et al. 2019, Def. 3; docs/mechanisms.md,
+    *Conditional queries*).
 
     alpha_i = 1 iff key i is conditioned on; beta_i is its required existence (1 present,
     0 absent) and 0 wherever alpha_i = 0, i.e. beta must lie inside alpha bitwise. The
@@ -201,7 +202,8 @@ class ConditionalQuery:
 
     def sets(self) -> QuerySets:
         """Product sets of F^{a'}_{b'} (a' = alpha v e_k, b' = beta v e_k), S+ and S- (that
-        set with T_k = {2}, resp. {0}) and F^alpha_beta (None if C is empty), §11.5."""
+        set with T_k = {2}, resp. {0}) and F^alpha_beta (None if C is empty): docs/mechanisms.md,
+        *Counting operators*."""
         numerator = self.condition.with_present(self.target).product_set()
         return QuerySets(
             numerator=numerator,

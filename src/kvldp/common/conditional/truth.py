@@ -1,4 +1,4 @@
-"""The exact, non-private answer of a conditional query on a population (D0 Def.2).
+"""The exact, non-private answer of a conditional query on a population (Sun et al. 2019, Def. 2).
 
 Computed from the users' pairs alone, independently of the cell machinery of
 :mod:`~kvldp.common.conditional.cells` and :mod:`~kvldp.common.conditional.answer`, so
@@ -17,10 +17,10 @@ from kvldp.common.kvdata import KVData
 
 
 def conditional_truth(users: KVData, query: ConditionalQuery) -> tuple[float, float]:
-    """The non-private f(k|C) and m(k|C) of a population (D0 Def.2), NaN when undefined.
+    """The non-private f(k|C) and m(k|C) of a population (Sun et al. 2019, Def. 2), NaN when undefined.
 
     Computed directly from the users' pairs, independently of any cell machinery, so it
-    can serve as ground truth for the conditional metrics of spec §14.
+    can serve as ground truth for the conditional metrics (docs/mechanisms.md, *Conditional metrics*).
     """
     if query.d != users.d:
         raise InvalidQuery(f"query over {query.d} keys cannot be evaluated on data with d={users.d}")

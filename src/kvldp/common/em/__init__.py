@@ -1,4 +1,4 @@
-"""Count-based maximum likelihood (spec §0.5), vectorised over independent groups.
+"""Count-based maximum likelihood (docs/mechanisms.md, *Count EM*), vectorised over independent groups.
 
 Every mechanism whose report is one symbol of a finite alphabet has a likelihood
 ``P[z | x]`` (J outputs x K latent inputs). The per-user EM of the papers depends on a
@@ -21,7 +21,7 @@ the MLE.) That maximiser is EM's fixed point whenever it is unique. When it is n
 rank-deficient model such as PrivKV's four-state ``em4``, or too few distinct outputs)
 plain EM's limit depends on its path from the start point, so those groups are re-run
 with plain EM from ``theta0``, and the function keeps returning exactly what EM
-converges to.
+converges to (docs/mechanisms.md, *EM by active-set Newton*).
 
 The package's modules, one idea each:
 

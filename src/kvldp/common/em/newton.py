@@ -1,4 +1,5 @@
-"""Safeguarded active-set Newton for the count MLE over the simplex, batched over groups.
+"""Safeguarded active-set Newton for the count MLE over the simplex, batched over groups
+(docs/mechanisms.md, *EM by active-set Newton*).
 
 The fast path of :func:`~kvldp.common.em.solve.em_counts`: it finds the maximiser of the
 concave log-likelihood by the KKT conditions in a handful of iterations where EM crawls,

@@ -19,7 +19,7 @@ EM_BLOCK = 8
 def plain_em(
     P: FloatArray, c: FloatArray, start: FloatArray, tol: float, max_iter: int, lls: list[FloatArray] | None
 ) -> tuple[FloatArray, IntArray, BoolArray]:
-    """Plain EM (spec §0.5), each group stopping when max |theta_t+1 - theta_t| <= tol.
+    """Plain EM (docs/mechanisms.md, *Count EM*), each group stopping when max |theta_t+1 - theta_t| <= tol.
 
     Only for groups whose answer is EM's path, which for a few of them runs to the cap, so
     the per-iteration overhead is what counts. The working arrays hold just the groups

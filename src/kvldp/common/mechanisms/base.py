@@ -96,7 +96,7 @@ class Mechanism(abc.ABC):
 
     @cached_property
     def digest(self) -> int:
-        """uint32 id of the configuration (the wire ``cfg`` field, spec §0.3)."""
+        """uint32 id of the configuration (the wire ``cfg`` field; docs/mechanisms.md, *Statistics and configurations*)."""
         canonical = json.dumps(self.config, sort_keys=True, separators=(",", ":"))
         return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
 
@@ -179,7 +179,8 @@ class Mechanism(abc.ABC):
     def expected_stats(self, users: KVData) -> Stats:
         """Exact expectation of the statistics this population would produce, from the
         mechanism's probability model (not its client). Powers the expected-count round
-        trip of spec §0.6 and the statistical check of the client against the model."""
+        trip (docs/mechanisms.md, *Expected-count round trip*) and the statistical check of the client
+        against the model."""
         raise NotImplementedError(f"{self.name} has no closed-form expected statistics")
 
     def new_stats(self) -> Stats:

@@ -1,11 +1,11 @@
-"""F2M, "frequency to mean": key bit and value perturbed independently (spec §6).
+"""F2M, "frequency to mean": key bit and value perturbed independently (docs/mechanisms.md, *F2M*).
 
 The device samples j uniformly, reports k' = RR_eps1(1[holds j]) and
-v' = VPP(v, eps2) for a holder or VPP(v_default, eps2) for a non-holder [D0 Alg.3].
+v' = VPP(v, eps2) for a holder or VPP(v_default, eps2) for a non-holder (Sun et al. 2019, Alg. 3).
 The report is (j, c) with c = 2 k' + (v' + 1) / 2.
 
-``unbiased`` is D0's estimator: f from the key bits, m_all from all value bits and
-m = (m_all - (1 - f) v_default) / f (Eq.2; eps2 in m_all per the erratum), NaN when
+``unbiased`` is the paper's estimator: f from the key bits, m_all from all value bits and
+m = (m_all - (1 - f) v_default) / f (Eq. 2; eps2 in m_all per the erratum), NaN when
 f <= 1/N, clipped into [-1, 1]. ``em`` fits the identifiable three-state model whose
 non-holder value is Disc(v_default), the protocol's own known fake distribution.
 eps1 + eps2 = eps by composition; tight when |v_default| = 1.
@@ -26,7 +26,7 @@ DEFAULT_VALUE = Param(
     "default_value",
     float,
     1.0,
-    "value v_default a non-holder perturbs in place of a real one (D0 uses 1)",
+    "value v_default a non-holder perturbs in place of a real one (Sun et al. 2019 use 1)",
     check=lambda v: -1.0 <= float(v) <= 1.0,
     check_doc="must lie in [-1, 1]",
 )
@@ -38,7 +38,7 @@ class F2M(KeySampledMechanism):
     default value for non-holders."""
 
     name = "f2m"
-    summary = "F2M: sampled key bit RR(eps1) and value VPP(eps2) with a default value (Sun et al. D0)"
+    summary = "F2M: sampled key bit RR(eps1) and value VPP(eps2) with a default value (Sun et al. 2019)"
     symbol_field = "c"
     params_spec = (KEY_FRACTION, DEFAULT_VALUE)
 

@@ -1,10 +1,10 @@
-"""FHR, flexible Hadamard response, under (eps, eta = 0.5)-FLDP — NOT eps-LDP (spec §10).
+"""FHR, flexible Hadamard response, under (eps, eta = 0.5)-FLDP — NOT eps-LDP (docs/mechanisms.md, *FHR*).
 
 Item t (wire index; row t + 1 of H_r, r = ceil(log2(D + 1)), L = 2^r) has the halves
 P_t = {c : H[t+1, c] = +1} and N_t. The device picks x uniform in P_t and y uniform in
 N_t, and with probability p = e^eps / (e^eps + 1) places +1 at x and -1 at y, else the
-reverse [D1 Alg.1]. The report is that signed vector: the position of its +1 and the
-position of its -1. (D1's literal triple (index_x, s, index_y) would also reveal which
+reverse (Zhao et al. 2022, Alg. 1). The report is that signed vector: the position of its +1
+and the position of its -1. (The paper's literal triple (index_x, s, index_y) would also reveal which
 index was drawn from P_t — index_x is in P_t whatever s is — so kvldp sends the two
 positions only; that is the output whose supports give eta = 0.5.)
 
@@ -14,9 +14,9 @@ overlapping by eta = 0.5), and kvldp labels it so. FLDP is not preserved by mixi
 inputs — a device sampling one of several keys could exceed e^eps on the common
 support — so FHR accepts devices with at most one key (``ell`` 0 or 1, no sampling).
 
-Estimator [D1 Eq.7]: c(t) = (e^eps + 1) / (2(e^eps - 1)) * (z . H[t+1]) with z the sum of
+Estimator (Zhao et al. 2022, Eq. 7): c(t) = (e^eps + 1) / (2(e^eps - 1)) * (z . H[t+1]) with z the sum of
 the reported vectors, all at once by one fast Walsh-Hadamard transform. No EM: z is not
-sufficient for the likelihood (spec §10).
+sufficient for the likelihood.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ class FHR(ItemOracle):
     as such."""
 
     name = "fhr"
-    summary = "flexible Hadamard response: (eps, 0.5)-FLDP, not eps-LDP (Zhao et al. D1)"
+    summary = "flexible Hadamard response: (eps, 0.5)-FLDP, not eps-LDP (Zhao et al. 2022)"
     notion: ClassVar[str] = "fldp"
 
     def _setup_oracle(self) -> None:
@@ -99,7 +99,8 @@ class FHR(ItemOracle):
 
     def count_variance(self, n: float, holders: FloatArray) -> FloatArray:
         """c^2 [2n + 2 sum_u w_u - 4(2p - 1)^2 sum_u w_u^2]: a holder's b.H_t is +-2 with mean
-        2(2p - 1), anyone else's is -2, 0, 2 with probabilities 1/4, 1/2, 1/4 (spec §10)."""
+        2(2p - 1), anyone else's is -2, 0, 2 with probabilities 1/4, 1/2, 1/4 (docs/mechanisms.md,
+        *FHR*)."""
         w = 1.0 / self.scale
         return np.asarray(
             self.c**2 * (2 * n + 2 * holders * w - 4 * (2 * self.p - 1) ** 2 * holders * w * w),

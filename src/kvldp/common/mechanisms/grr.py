@@ -1,12 +1,12 @@
-"""Generalized randomized response (k-RR) over the keys plus ``none`` (spec §1).
+"""Generalized randomized response (k-RR) over the keys plus ``none`` (docs/mechanisms.md, *GRR*).
 
 The device reports its sampled item with probability p = e^eps / (e^eps + D - 1) and
 each other item with q = 1 / (e^eps + D - 1), D = d + 1 (or d with ell = 0).
 
-Its MLE has a closed form (PRACTICES: prefer it to slow EM): maximising
+Its MLE has a closed form, preferred to iterating EM: maximising
 sum_z c_z ln(q + (p - q) theta_z) over the simplex gives the water-filling solution
 theta_z = max(0, c_z / lambda - q / (p - q)) with lambda fixing the sum to one; it is
-the fixed point of count EM (§0.5), which a test checks. eps-LDP, tight.
+the fixed point of count EM (docs/mechanisms.md, *Count EM*), which a test checks. eps-LDP, tight.
 """
 
 from __future__ import annotations

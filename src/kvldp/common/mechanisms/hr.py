@@ -1,7 +1,7 @@
 """Hadamard response (Acharya, Sun and Zhang, AISTATS 2019) as a frequency oracle.
 
-Not in the seed papers (the spec lists it among the oracles by name only), so the
-choice is documented here: the classic HR with K = 2^ceil(log2(D + 1)) outputs. Item x
+None of the key-value papers defines it, so kvldp's choices are documented here and in
+docs/mechanisms.md, *HR*: the classic HR with K = 2^ceil(log2(D + 1)) outputs. Item x
 owns row x + 1 of the Sylvester matrix H_K (row 0, all ones, is skipped) and its set
 C_x = {y : H[x+1, y] = +1} of K/2 outputs. The device reports y in C_x with total
 probability e^eps / (e^eps + 1), uniformly inside the chosen half:

@@ -1,6 +1,6 @@
-"""IOH: Indexing One-Hot over the joint state of all d keys, for conditional analysis (spec §11).
+"""IOH: Indexing One-Hot over the joint state of all d keys, for conditional analysis.
 
-Client [D0 Alg.6, §11.3]: every key gets its state code s_i (1 if absent, Disc applied
+Client (Sun et al. 2019, Alg. 6; docs/mechanisms.md, *IOH*): every key gets its state code s_i (1 if absent, Disc applied
 independently to each held value: 0 for -1, 2 for +1); the joint state is the base-3
 index I = sum_i 3^(d-i) s_i with key 1 (wire key 0) the most significant digit; the
 device one-hot encodes I into 3^d bits and reports each bit through symmetric
@@ -8,22 +8,22 @@ randomized response at eps/2 (SUE: p = e^(eps/2) / (e^(eps/2) + 1), q = 1 - p). 
 one-hot vectors differ in exactly two bits, so the report is eps-LDP and the bound is
 tight. The report is ``{a: bin}``, the bits LSB-first in ceil(3^d / 8) bytes.
 
-Statistics [§11.4]: C[i] = number of reports with bit i set (3^d int64) plus n. A fold
+Statistics: C[i] = number of reports with bit i set (3^d int64) plus n. A fold
 unpacks the bits of a block of reports and adds their column sums.
 
 Estimation: the calibrated vector A_hat = (C - n q) / (p - q) estimates, without bias,
 the number of users in every joint state; any count over a product set of states is a
 sum of its cells, which is how :meth:`IOH.cell_sums` implements the
 :class:`~kvldp.common.conditional.CellSumOracle` of :mod:`kvldp.common.conditional`. Bits are
-perturbed independently, so the variance of a cell-set sum is exact (§11.7):
+perturbed independently, so the variance of a cell-set sum is exact:
 |T| n q(1-q)/(p-q)^2 + A(T)(1-p-q)/(p-q), the second term vanishing for SUE. The two
 estimators are ``unbiased`` (A_hat) and ``normsub`` (A_hat projected onto
 {x >= 0, sum x = n} before every ratio). Per-key estimates are the unconditional
 queries: f_k = F^{e_k}_{e_k} / n and m_k = (S+ - S-) / (S+ + S-).
 
 There is no EM: the posterior of a report's joint state depends on its whole bit
-vector, so the E-step needs every report's bits and C is not a sufficient statistic
-(§11.5); it would be O(n 3^d) per iteration on stored reports, outside the streaming
+vector, so the E-step needs every report's bits and C is not a sufficient statistic;
+it would be O(n 3^d) per iteration on stored reports, outside the streaming
 aggregator. Reports grow as 3^d bits, so d is limited to 10 (7.4 KB per report).
 """
 
@@ -58,7 +58,7 @@ from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 
-#: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; spec §11.8)
+#: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; docs/mechanisms.md, *IOH*)
 MAX_D = 10
 #: uniforms drawn per client block (32 MiB of float64)
 PERTURB_CHUNK_BITS = 1 << 22
@@ -123,7 +123,7 @@ class IOH(JointStateMechanism):
     randomized response at eps/2."""
 
     name = "ioh"
-    summary = "IOH: one-hot of the joint state of all keys (3^d bits), per-bit RR at eps/2 (Sun et al. D0 §V)"
+    summary = "IOH: one-hot of the joint state of all keys (3^d bits), per-bit RR at eps/2 (Sun et al. 2019)"
 
     max_keys = MAX_D
     max_keys_advice = (
@@ -134,12 +134,12 @@ class IOH(JointStateMechanism):
     def _setup(self) -> None:
         self.n_cells = 3**self.d
         self.p, self.q = self.ue_probabilities()
-        # Var of one calibrated cell: n * noise + A_i * signal (spec §11.7)
+        # Var of one calibrated cell: n * noise + A_i * signal (docs/mechanisms.md, *IOH*)
         self.noise = self.q * (1.0 - self.q) / (self.p - self.q) ** 2
         self.signal = (1.0 - self.p - self.q) / (self.p - self.q)
 
     def ue_probabilities(self) -> tuple[float, float]:
-        """(p, q) of the unary encoding: D0's SUE at eps/2 per bit (the one thing an OUE
+        """(p, q) of the unary encoding: Sun et al. 2019's SUE at eps/2 per bit (the one thing an OUE
         variant changes)."""
         p = rr_keep(self.epsilon / 2.0)
         return p, 1.0 - p
@@ -193,7 +193,7 @@ class IOH(JointStateMechanism):
         return project_simplex(cells, total=float(stats.arrays["n"][0])) if estimator == "normsub" else cells
 
     def cell_set_variance(self, n: float, size: int, count: float) -> float:
-        """Exact Var of a sum of ``size`` calibrated cells holding ``count`` users (§11.7)."""
+        """Exact Var of a sum of ``size`` calibrated cells holding ``count`` users."""
         return size * n * self.noise + count * self.signal
 
     def cell_sums(

@@ -1,11 +1,12 @@
-"""IOH with OUE bits, and the low-order Hadamard joint-state mechanism (spec §11, §12.3).
+"""IOH with OUE bits, and the low-order Hadamard joint-state mechanism.
 
-``ioh_oue`` is D0's IOH with optimised unary encoding (D3's recommendation):
+``ioh_oue`` is IOH with optimised unary encoding (Sun, Ping and Ye 2021's recommendation;
+docs/mechanisms.md, *IOH with OUE bits*):
 p = 1/2, q = 1/(e^eps + 1) per bit — the same 3^d-bit report, lower variance at every
 eps, still eps-LDP and tight.
 
-``ioh_hrr`` answers the same conditional queries with a report of about 10 bits [proposal,
-§12.3]. Each key's state s in {0, 1, 2} is a 2-bit digit; the joint state is
+``ioh_hrr`` answers the same conditional queries with a report of about 10 bits
+(kvldp's own; docs/mechanisms.md, *Low-order Hadamard responses*). Each key's state s in {0, 1, 2} is a 2-bit digit; the joint state is
 x = sum_i s_i 4^(d-1-i) (key 0 the leading digit, as in IOH). The Hadamard matrix of
 order 4^d factorises per digit, H[x, j] = prod_i h(x_i, j_i) = (-1)^popcount(x AND j).
 The device draws j uniformly from T_L \\ {0}, the coefficients with at most L (``order``)

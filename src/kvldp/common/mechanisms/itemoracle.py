@@ -1,7 +1,9 @@
-"""Frequency oracles over the key domain: GRR, OUE, SUE, OLH, HR and FHR (spec §1, §10).
+"""Frequency oracles over the key domain: GRR, OUE, SUE, OLH, HR and FHR (docs/mechanisms.md,
+*Frequency oracles*).
 
 A frequency oracle reports one *item*. Key-value devices may hold zero or several keys,
-so the item comes from PCKV's Padding-and-Sampling (§9.1) with a single dummy item
+so the item comes from PCKV's Padding-and-Sampling (docs/mechanisms.md, *Padding and
+sampling*) with a single dummy item
 ``none`` (index d): a user with S keys draws each of its keys with probability
 1 / max(|S|, ell) and ``none`` with the rest. The estimate of a key's sampled share
 is multiplied by ell, which is unbiased for users holding at most ell keys (users with
@@ -54,7 +56,7 @@ def bernoulli_count_variance(n: float, holders: FloatArray, p: float, q: float, 
     """Var of (C_i - n q) / (p - q) when each user's indicator is Bernoulli(q + (p - q) w_u).
 
     Holders of item i have w_u = ``weight`` (1/ell), everyone else 0. Exact given the
-    population; for ell = 1 it is the spec's n q(1-q)/(p-q)^2 + c_i (1-p-q)/(p-q).
+    population; for ell = 1 it is n q(1-q)/(p-q)^2 + c_i (1-p-q)/(p-q).
     """
     pi_h = q + (p - q) * weight
     return ((n - holders) * q * (1 - q) + holders * pi_h * (1 - pi_h)) / (p - q) ** 2

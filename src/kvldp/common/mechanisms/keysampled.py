@@ -1,17 +1,18 @@
 """Mechanisms that sample one key uniformly and report one symbol about its state.
 
-PrivKV (§2-4), F2M (§6), KVUE (§7) and KVOH (§8) share a structure: the device draws
+PrivKV, F2M, KVUE and KVOH (docs/mechanisms.md, *Key-sampled mechanisms*) share a
+structure: the device draws
 j uniformly from [0, d) independently of its data, looks at the *state* of key j —
-x = 0 for <1,-1>, 1 for absent, 2 for <1,+1> (after Disc of the value, the spec's
-state code) — and reports one symbol z from a finite alphabet with probability
+x = 0 for <1,-1>, 1 for absent, 2 for <1,+1> (after Disc of the value, the state
+code) — and reports one symbol z from a finite alphabet with probability
 P[z | x]. The aggregator keeps ``counts[j, z]``.
 
 Everything else follows from P and one left inverse A (A P = I):
 
 * ``unbiased``: theta = A (counts[j] / M_j), f = theta_0 + theta_2 (raw, exactly
-  unbiased), m from the states clipped into [0, 1] (the correction of spec §7);
+  unbiased), m from the states clipped into [0, 1] (the correction PCKV applies to KVUE);
 * ``normsub``: theta projected onto the simplex, f and m from it (consistent);
-* ``em``: the MLE by count EM (§0.5) on P, warm-startable (P has full column rank);
+* ``em``: the MLE by count EM on P, warm-startable (P has full column rank);
 * ``eb``: empirical Bayes (:mod:`~kvldp.common.shrinkage`): the EM frequencies and means
   shrunk toward normal priors fitted across the keys, every key answered. It pays where
   the keys' spread is small against each key's noise (small epsilon, a narrow population
@@ -45,7 +46,7 @@ from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import quad, stderr
 
-#: state codes (spec §0.2): s = k*v + 1
+#: state codes (docs/mechanisms.md, *Primitives*): s = k*v + 1
 NEG, ABSENT, POS = 0, 1, 2
 F_ROW = np.array([1.0, 0.0, 1.0])
 

@@ -1,7 +1,8 @@
-"""KVOH: one-hot over the sampled key's three states, each bit by RR at eps/2 (spec §8).
+"""KVOH: one-hot over the sampled key's three states, each bit by RR at eps/2 (docs/mechanisms.md,
+*KVOH*).
 
 The device one-hot encodes the state code s of a uniformly sampled key into three
-bits and reports each bit kept with p = e^(eps/2) / (e^(eps/2) + 1) [D0 Alg.5]. The
+bits and reports each bit kept with p = e^(eps/2) / (e^(eps/2) + 1) (Sun et al. 2019, Alg. 5). The
 report is (j, b) with b the 3-bit mask (bit i = reported A'[i]).
 
 Statistics keep the histogram of the 8 patterns per key (EM needs the pattern, not
@@ -28,7 +29,7 @@ class KVOH(KeySampledMechanism):
     """KVOH: the one-hot of the sampled key's three states, every bit by randomized response at eps/2."""
 
     name = "kvoh"
-    summary = "KVOH: one-hot of the sampled key's state, per-bit RR at eps/2 (Sun et al. D0)"
+    summary = "KVOH: one-hot of the sampled key's state, per-bit RR at eps/2 (Sun et al. 2019)"
     symbol_field = "b"
 
     def _setup(self) -> None:

@@ -1,12 +1,13 @@
-"""KVUE: generalized randomized response over a sampled key's three states (spec §7).
+"""KVUE: generalized randomized response over a sampled key's three states (docs/mechanisms.md,
+*KVUE*).
 
-Same as the "state encoding" (SE) of D3. The device samples j uniformly, encodes
+Same as the "state encoding" (SE) of Sun, Ping and Ye 2021. The device samples j uniformly, encodes
 <k, Disc(v)> as the state code s in {0, 1, 2}, and reports s with probability
-p = e^eps / (e^eps + 2), each other state with q = 1 / (e^eps + 2) [D0 Alg.4].
+p = e^eps / (e^eps + 2), each other state with q = 1 / (e^eps + 2) (Sun et al. 2019, Alg. 4).
 
-The closed form N_s* = ((e^eps + 2) M_s - M) / (e^eps - 1) [D0 Eq.4] is P^-1; the mean
+The closed form N_s* = ((e^eps + 2) M_s - M) / (e^eps - 1) (Eq. 4) is P^-1; the mean
 uses the corrected sign (N_2* - N_0*) / (N_0* + N_2*) with counts clipped into [0, M]
-(errata of §15, PCKV's correction of KVUE). eps-LDP, tight.
+(docs/mechanisms.md, *Sun et al. 2019 errata*; PCKV's correction of KVUE). eps-LDP, tight.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ class KVUE(KeySampledMechanism):
     """KVUE: generalized randomized response over the sampled key's three states."""
 
     name = "kvue"
-    summary = "KVUE / state encoding: GRR over the sampled key's 3 states (Sun et al. D0, D3)"
+    summary = (
+        "KVUE / state encoding: GRR over the sampled key's 3 states (Sun et al. 2019; Sun, Ping, Ye 2021)"
+    )
     symbol_field = "s"
 
     def _setup(self) -> None:

@@ -2,11 +2,12 @@
 
 What it is. Each device draws t distinct key indices J = (j_0 < ... < j_{t-1}) uniformly
 from the C(d, t) subsets, independently of its data, reads the state x_i in {0, 1, 2} of
-each (0 = <1,-1>, 1 = absent, 2 = <1,+1> after Disc of the value, the spec's state code,
-§0.2), packs them into one symbol x = sum_i x_i 3^i of the 3^t joint states, and
+each (0 = <1,-1>, 1 = absent, 2 = <1,+1> after Disc of the value, the state code of
+docs/mechanisms.md, *Primitives*), packs them into one symbol x = sum_i x_i 3^i of the 3^t joint states, and
 reports that symbol by generalized randomized response over the 3^t symbols with the
 whole budget: y = x with probability p = e^eps / (e^eps + 3^t - 1), each other symbol
-with q = 1 / (e^eps + 3^t - 1). With t = 1 this is KVUE (spec §7).
+with q = 1 / (e^eps + 3^t - 1). With t = 1 this is KVUE. Reference: docs/mechanisms.md,
+*KVUE over t sampled keys*.
 
 Why. A one-key mechanism gives each key about n/d reports, so even without noise its
 frequency error has the sampling floor d f(1-f)/n. Reporting t keys gives each key n t/d
@@ -29,8 +30,8 @@ aggregator keeps counts[j, s], the number of reports whose digit for key j is s,
 over the t positions. A device reports on key j at most once, and the devices that
 report on j are a uniform random subset of the n devices, so counts[j] is exactly
 KVUE's statistic with P' in place of GRR over 3 states: ``unbiased`` (theta = P'^-1 counts/M_j,
-mean from the states clipped into [0, 1]), ``normsub`` and ``em`` (count EM on P', spec
-§0.5) and their standard errors (multinomial minus the finite-population term) carry
+mean from the states clipped into [0, 1]), ``normsub`` and ``em`` (count EM on P')
+and their standard errors (multinomial minus the finite-population term) carry
 over from :mod:`kvldp.common.mechanisms.keysampled` unchanged.
 
 Correlation. The t digits of one report are not independent (a kept symbol is right at

@@ -1,9 +1,9 @@
-"""Optimized local hashing (OLH) (spec §1, with D1's g erratum: g = round(e^eps + 1)).
+"""Optimized local hashing (OLH; docs/mechanisms.md, *OLH*), with g = round(e^eps + 1).
 
 The device draws a public 64-bit seed, hashes its sampled item into [g) with
 ``mix64(seed, item) mod g`` and reports (seed, GRR_g(hash)). The aggregator keeps the
 *support* C(t) = #{reports : H_seed(t) = y} for every item t: folding costs O(D) per
-report (inherent to OLH, D1 Table 2) but the state is a fixed (D,) vector, additive
+report (inherent to OLH; Zhao et al. 2022, Table 2) but the state is a fixed (D,) vector, additive
 and mergeable like every other statistic.
 
 Estimator: c(t) = (C(t) - n/g) / (p - 1/g). The hash behaves as a random function

@@ -1,4 +1,5 @@
-"""PCKV's Padding-and-Sampling (spec §9.1), shared by PCKV and the frequency oracles.
+"""PCKV's Padding-and-Sampling, shared by PCKV and the frequency oracles (docs/mechanisms.md,
+*Padding and sampling*).
 
 A user holding the set S draws one of max(|S|, ell) slots uniformly: the first |S|
 slots are its pairs, the others are padding. PCKV fills padding with ell distinct dummy

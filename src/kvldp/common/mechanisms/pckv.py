@@ -1,4 +1,4 @@
-"""PCKV: Padding-and-Sampling with PCKV-UE and PCKV-GRR (Gu et al., USENIX Security 2020; spec §9).
+"""PCKV: Padding-and-Sampling with PCKV-UE and PCKV-GRR (Gu et al. 2020; docs/mechanisms.md, *PCKV*).
 
 The mechanism classes: configuration, the client, the statistics its reports fold into,
 and the exact audit. The estimators and their standard errors are in
@@ -7,17 +7,17 @@ epsilon into (eps1, eps2), the probabilities it gives and the privacy theorems a
 :mod:`~kvldp.common.mechanisms.pckv_budget`.
 
 Client. Each device pads its set S with ell *distinct* dummy keys d..d+ell-1 and samples
-one pair (§9.1, in the equivalent form of the author's code: with probability
+one pair (Alg. 1, in the equivalent form of the authors' reference code: with probability
 |S| / max(|S|, ell) a uniform pair of S, otherwise a uniform dummy whose value is 0), then
 discretises the value, v* = Disc(v). The sampled pair is perturbed over the padded domain
 of d' = d + ell keys, which is why every allocation formula depends on d':
 
-* PCKV-UE (§9.2): a ternary vector; the sampled coordinate keeps v* with probability
+* PCKV-UE (Alg. 2): a ternary vector; the sampled coordinate keeps v* with probability
   a p, flips it with a(1-p), drops to 0 otherwise; every other coordinate is +-1 with
   probability b/2 each. The report keeps the *real* coordinates only (fields ``pos`` and
   ``neg``, LSB-first bitsets of d bits); dropping the dummy coordinates is
   post-processing, so the mechanism stays eps-LDP and the estimators never need them.
-* PCKV-GRR (§9.3): one pair <k', v'>; with probability a the sampled key with v* kept
+* PCKV-GRR (Alg. 3): one pair <k', v'>; with probability a the sampled key with v* kept
   with probability p, otherwise a uniform other key of the d' with a fair sign. Fields
   ``k`` in [0, d] and ``v`` in {-1, 0, +1}: any dummy output is reported as k = d, v = 0
   (post-processing again); a real key always carries v = +-1.
@@ -72,8 +72,8 @@ ALLOCATION = Param(
     "allocation",
     str,
     "optimized",
-    "split of epsilon into key budget eps1 and value budget eps2: optimized (D4 Lemma 2/3), "
-    "naive (eps1 = eps2 = eps/2) or nonoptimized (D4 Eq.21: eps2 = eps/2, eps1 = ln[(e^eps + e^(eps/2))/2])",
+    "split of epsilon into key budget eps1 and value budget eps2: optimized (Gu et al. 2020, Lemmas 2-3), "
+    "naive (eps1 = eps2 = eps/2) or nonoptimized (Eq. 21: eps2 = eps/2, eps1 = ln[(e^eps + e^(eps/2))/2])",
     choices=("optimized", "naive", "nonoptimized"),
 )
 COUNT_FLOOR = Param(
@@ -95,7 +95,7 @@ MAX_AUDIT_WORK = 1 << 28
 
 # ---------------------------------------------------------------------- padding and sampling
 def pad_and_sample(users: KVData, ell: int, rng: np.random.Generator) -> tuple[IntArray, NDArray[np.int8]]:
-    """Padding-and-Sampling (§9.1, [X1] form): the sampled key in [0, d + ell) (indices >= d
+    """Padding-and-Sampling (in the form of the authors' reference code): the sampled key in [0, d + ell) (indices >= d
     are the ell distinct dummies, uniform among them) and v* = Disc(v), a fair coin for a
     dummy (v = 0)."""
     real, key, value = sample_slots(users, ell, rng)
@@ -159,7 +159,7 @@ class PCKV(PCKVEstimation):
         """(a, b, p) from (eps1, eps2, d')."""
 
     def utility(self) -> tuple[float, float]:
-        """(g, h) of D4 Eq.16 for this configuration (any allocation)."""
+        """(g, h) of Gu et al. 2020, Eq. 16, for this configuration (any allocation)."""
         return utility_gh(self.a, self.b, self.p)
 
     # --------------------------------------------------------------- statistics
@@ -232,7 +232,7 @@ class PCKV(PCKVEstimation):
 
 @register
 class PCKVUE(PCKV):
-    """PCKV-UE (§9.2): the sampled pair as a ternary vector; reports the real coordinates."""
+    """PCKV-UE (docs/mechanisms.md, *PCKV-UE*): the sampled pair as a ternary vector; reports the real coordinates."""
 
     name = "pckv_ue"
     summary = "PCKV-UE: padding-and-sampling + unary encoding of the sampled key-value pair (Gu et al.)"
@@ -305,7 +305,8 @@ class PCKVUE(PCKV):
 
 @register
 class PCKVGRR(PCKV):
-    """PCKV-GRR (§9.3): GRR over the d' padded keys with the value kept w.p. p; reports one pair."""
+    """PCKV-GRR (docs/mechanisms.md, *PCKV-GRR*): GRR over the d' padded keys with the value kept w.p.
+    p; reports one pair."""
 
     name = "pckv_grr"
     summary = "PCKV-GRR: padding-and-sampling + GRR over the padded key-value pairs (Gu et al.)"

@@ -2,22 +2,24 @@
 
 Both protocols produce the same statistics with the same per-key law (see
 :mod:`~kvldp.common.mechanisms.pckv`), so one model serves both: the transition P[z | x]
-of §9.4, the count matrix A of Algorithm 4 and the exact covariance of (n1[j], n2[j]).
+of ``em``, the count matrix A of Algorithm 4 and the exact covariance of (n1[j], n2[j]).
 :class:`PCKVEstimation` holds that model and the estimators that invert it;
 :class:`~kvldp.common.mechanisms.pckv.PCKV` derives from it and supplies (a, b, p, ell).
+Reference: docs/mechanisms.md, *PCKV estimators* and *PCKV variances*.
 
 Estimators (``estimator_names``):
 
 * ``unbiased``: f = ell((n1+n2)/n - b)/(a-b), raw and exactly unbiased (may leave [0, 1]);
   mean by Algorithm 4 (f corrected into [1/n, 1] internally, n1^, n2^ = A^-1(...) clipped
   into [count_floor, N_j], lower bound first). Where the linear estimate of the key's
-  holders, n f/ell, is below one user the mean is undefined (NaN): Algorithm 4 would print
-  a clipping artefact there (0 with count_floor = 1).
+  holders, n f, is below one user the mean is undefined (NaN): Algorithm 4 raises f to
+  1/n there and prints a clipping artefact (0 with count_floor = 1). At ell > 1 the
+  artefact also covers 1 <= n f < ell (N_j < 1), where the mean stays defined.
 * ``paper``: Algorithm 4 as published, the authors' code line for line: f corrected into
   [1/n, 1] and the mean of every key, the artefact included, so no key is left without a
   mean. Its standard error is capped at 1 + |m|, the largest error a mean in [-1, 1] can
   have.
-* ``em``: per-key composite EM on (n1, n2, n - n1 - n2) with the 3x3 P of §9.4;
+* ``em``: per-key composite EM on (n1, n2, n - n1 - n2) with the 3x3 P of :meth:`transition`;
   f = ell(theta+ + theta-), m = (theta+ - theta-)/(theta+ + theta-); warm-startable.
   The mean follows the same rule as ``unbiased``: undefined where the linear holder
   estimate is below one (see "Why EM lost to Algorithm 4 on means" below).
@@ -51,7 +53,7 @@ PCKV's Theorem 4; n(1-f) non-holders), evaluated at the estimate, pushed through
 estimator (linear for f, delta method for the mean ratio). It yields
 
     Var[f^] = ell^2 b(1-b)/(n(a-b)^2) + ell f (1 - 2b - (a-b)/ell)/(n(a-b))
-            = Theorem 4 as transcribed (spec §9.4) + (ell - 1) f / n.
+            = Theorem 4 as transcribed + (ell - 1) f / n.
 
 The transcription drops the (ell - 1) f / n term, which is zero at ell = 1 only; the
 Monte-Carlo test at ell = 3 (``tests/test_pckv_estimate.py``) rejects the transcribed value and
@@ -100,7 +102,7 @@ class PCKVEstimation(Mechanism):
 
     # --------------------------------------------------------------- model
     def transition(self) -> FloatArray:
-        """Per-key P[z | x] of §9.4: z in (+1, -1, 0) rows; x in (sampled with v* = +1,
+        """Per-key P[z | x]: z in (+1, -1, 0) rows; x in (sampled with v* = +1,
         sampled with v* = -1, did not sample the key) columns. Columns sum to one."""
         a, b, p = self.a, self.b, self.p
         return np.array(

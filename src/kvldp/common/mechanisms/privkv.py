@@ -1,25 +1,25 @@
-"""PrivKV's local perturbation protocol (LPP) and its estimators (spec §2-4).
+"""PrivKV's local perturbation protocol (LPP) and its estimators (docs/mechanisms.md, *PrivKV*).
 
-Client [D0 Alg.1]: draw j uniformly; a holder of j reports <1, VPP(v, eps2)> with
+Client (Sun et al. 2019, Alg. 1): draw j uniformly; a holder of j reports <1, VPP(v, eps2)> with
 probability p1, else <0,0>; a non-holder reports <0,0> with probability p1, else
 <1, VPP(m, eps2)> with a fake m ~ U[-1, 1]. The report is (j, s) with the state code s.
 
 Estimators:
 
-* ``unbiased`` — PrivKV-A [D0 §III]: the exact inverse of the three-state model, so
+* ``unbiased`` — PrivKV-A (Sun et al. 2019, Sec. III): the exact inverse of the three-state model, so
   both the state counts and the frequency are unbiased; the mean is their ratio with
   counts clipped into [0, M].
-* ``paper`` — PrivKV's calibration [D0 Alg.2, erratum n1* - n2* applied]: ignores the
+* ``paper`` — PrivKV's calibration (Sun et al. 2019, Alg. 2, erratum n1* - n2* applied): ignores the
   fake reports, so its mean is shrunk toward 0 by w = f p1 / (f p1 + (1-f)(1-p1)).
-* ``em`` — EM3 (spec §4): the identifiable model whose fake value is a fair coin;
+* ``em`` — EM3 (docs/mechanisms.md, *PrivKV EM3 and EM4*): the identifiable model whose fake value is a fair coin;
   its MLE equals PrivKV-A when that lies inside the simplex. Warm-startable.
-* ``em4`` — the four-state model as published by Horigome et al. [D2]. Its mean is not
+* ``em4`` — the four-state model as published by Horigome et al. 2023. Its mean is not
   identified (it depends on the start point), so it always starts from uniform and is
-  for reproducing D2 only.
+  for reproducing that paper only.
 * ``normsub`` — PrivKV-A projected onto the simplex per key.
 
 Privacy: (eps1 + eps2)-LDP by composition; the exact level is
-max{eps2, eps1 + ln(2 / (1 + e^-eps2))} (spec §2), which the audit reproduces.
+max{eps2, eps1 + ln(2 / (1 + e^-eps2))}, which the audit reproduces.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def lpp_transition(p1: float, p2: float, fake_mean: FloatArray | float = 0.0) ->
 def lpp_perturb(
     states: IntArray, p1: float, p2: float, rng: np.random.Generator, fake_mean: FloatArray | None = None
 ) -> IntArray:
-    """D0 Alg.1 step by step, vectorised over users (``states`` are state codes).
+    """Sun et al. 2019, Alg. 1, step by step, vectorised over users (``states`` are state codes).
 
     A non-holder's fake value is m ~ U[-1, 1] (PrivKV) or, when ``fake_mean`` is given,
     that per-user value (PrivKVM's published mean of the sampled key); either way it goes
@@ -90,7 +90,7 @@ def lpp_perturb(
 
 
 def em4_transition(p1: float, p2: float) -> FloatArray:
-    """D2 Table 1: rows z in state-code order, columns <1,+1>, <1,-1>, <0,+1>, <0,-1>."""
+    """Horigome et al. 2023, Table 1 (corrected): rows z in state-code order, columns <1,+1>, <1,-1>, <0,+1>, <0,-1>."""
     q1, q2 = 1.0 - p1, 1.0 - p2
     p = np.empty((3, 4))
     p[POS] = (p1 * p2, p1 * q2, q1 * p2, q1 * q2)
@@ -104,7 +104,7 @@ class PrivKV(KeySampledMechanism):
     """PrivKV's local perturbation protocol: the sampled key's bit by RR at eps1, its value by VPP at eps2."""
 
     name = "privkv"
-    summary = "PrivKV LPP: sampled key bit RR(eps1) + value VPP(eps2) (Ye et al.; Sun et al. D0)"
+    summary = "PrivKV LPP: sampled key bit RR(eps1) + value VPP(eps2) (Ye et al. 2019; Sun et al. 2019)"
     symbol_field = "s"
     params_spec = (KEY_FRACTION,)
     estimator_names = ("unbiased", "paper", "em", "em4", "normsub")
@@ -145,7 +145,7 @@ class PrivKV(KeySampledMechanism):
     def _paper(
         self, stats: Stats, counts: FloatArray, theta_hat: FloatArray, projected: FloatArray
     ) -> Estimate:
-        """D0 Alg.2: n1*, n2* calibrated among the key-bit-1 reports, clipped into [0, N]."""
+        """Sun et al. 2019, Alg. 2: n1*, n2* calibrated among the key-bit-1 reports, clipped into [0, N]."""
         m1, m_1 = counts[:, POS], counts[:, NEG]
         big_n = m1 + m_1
         p2 = self.p2
@@ -179,7 +179,10 @@ class PrivKV(KeySampledMechanism):
         self, stats: Stats, counts: FloatArray, projected: FloatArray, options: dict[str, Any]
     ) -> Estimate:
         if options.pop("warm_start", None) is not None:
-            raise ValueError("em4 is not identifiable in the mean and is never warm-started (spec §4)")
+            raise ValueError(
+                "em4 is not identifiable in the mean and is never warm-started "
+                "(docs/mechanisms.md, *PrivKV EM3 and EM4*)"
+            )
         opts = parse_em_options(options, (self.d, 4))
         res = em_counts(em4_transition(self.p1, self.p2), counts, tol=opts.tol, max_iter=opts.max_iter)
         theta4 = np.where(res.empty[:, None], np.nan, res.theta)

@@ -1,11 +1,12 @@
-"""PrivKVM: PrivKV iterated over c rounds, with virtual iterations (spec §5, reconstructed).
+"""PrivKVM: PrivKV iterated over c rounds, with virtual iterations (reconstructed).
 
-The original PrivKV paper (Ye et al., S&P 2019) could not be retrieved; this follows the
-reconstruction of the spec from the PCKV authors' code [X1] and [X6], and is flagged as
-such in every estimate's diagnostics.
+The algorithm text of the original PrivKV paper (Ye et al. 2019) was not available; this
+follows kvldp's reconstruction from the PCKV authors' reference code and a third-party
+implementation (docs/mechanisms.md, *PrivKVM*), and is flagged as such in every
+estimate's diagnostics.
 
-Protocol: in every round a device draws a key j and reports PrivKV's LPP of it (D0
-Alg.1); before round r >= 2 the server publishes m^(r-1) and non-holders perturb that
+Protocol: in every round a device draws a key j and reports PrivKV's LPP of it (Sun et al.
+2019, Alg. 1); before round r >= 2 the server publishes m^(r-1) and non-holders perturb that
 value instead of a uniform fake, which removes PrivKV's shrinkage geometrically. Live,
 the aggregator closes a round by its policy (``round_min_reports`` reports and
 ``round_period`` elapsed) and publishes the next means on a control topic (see
@@ -56,14 +57,14 @@ class PrivKVM(PrivKVMEstimators):
     perturbing the means the server published before each round."""
 
     name = "privkvm"
-    summary = "PrivKVM: c rounds of PrivKV with published means (reconstructed, spec §5)"
+    summary = "PrivKVM: c rounds of PrivKV with published means (Ye et al. 2019, reconstructed)"
     estimator_names = ("unbiased", "paper", "em", "normsub", "virtual")
     params_spec = (
         Param(
             "rounds",
             int,
             10,
-            "real rounds c (D0 uses 10, D2 3, PCKV's comparison 1)",
+            "real rounds c (Sun et al. 2019 use 10, Horigome et al. 2023 3, PCKV's comparison 1)",
             check=lambda v: 1 <= int(v) <= 64,
             check_doc="must lie in [1, 64]",
         ),

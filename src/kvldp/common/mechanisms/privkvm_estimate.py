@@ -1,4 +1,5 @@
-"""PrivKVM's estimators, from the statistics counts[r, j, s] of all rounds.
+"""PrivKVM's estimators, from the statistics counts[r, j, s] of all rounds (docs/mechanisms.md,
+*PrivKVM estimators*).
 
 * ``paper`` — the reconstructed PrivKVM: f from round 1, mean m^(c) by the PrivKV
   calibration of the last round; with ``virtual`` > 0 (one real round only) the virtual
@@ -48,13 +49,17 @@ from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import delta_variance, stderr
 
-RECONSTRUCTED = "PrivKVM is reconstructed (spec §5): the original paper was not retrievable"
+RECONSTRUCTED = (
+    "PrivKVM is reconstructed (docs/mechanisms.md, *PrivKVM*): the original paper's algorithm "
+    "text was not available"
+)
 #: virtual iterations of the ``virtual`` estimator when the parameter is 0 (PCKV's "1r5v")
 DEFAULT_VIRTUAL = 5
 
 
 def virtual_iterations(f: FloatArray, first: FloatArray, p1: float, iterations: int) -> FloatArray:
-    """m^(1 + iterations) of the virtual iterations (spec §5, reconstructed), in closed form.
+    """m^(1 + iterations) of the virtual iterations (docs/mechanisms.md, *Virtual iterations*), in
+    closed form.
 
     The collector replays the round with fake mean m^(t): m^(t+1) = m^(1) + (1 - w)(m^(t) - m^(0)),
     m^(0) = 0, w = f p1 / (f p1 + (1 - f)(1 - p1)), whose fixed point is m* = m^(1) / w:

@@ -10,7 +10,8 @@ Published means: m^(0) = 0, and when round r closes the server publishes m^(r), 
 PrivKV calibration of that round's counts (:func:`calibrated_mean`). Every report
 carries its round ``r`` and ``md``, the digest of the means it perturbed with
 (:func:`means_digest`), so a server can tell a report built on other means. With
-``adaptive`` the rounds stop early by PrivKVM+'s rule (spec §5, reconstructed): after
+``adaptive`` the rounds stop early by PrivKVM+'s rule (reconstructed; docs/mechanisms.md,
+*Adaptive stop (PrivKVM+)*): after
 the first round r whose means moved by at most ``a0`` on average,
 mean_k |m^(r) - m^(r-1)| <= a0.
 
@@ -41,8 +42,8 @@ def means_digest(round_index: int, means: FloatArray) -> int:
 
 
 def calibrated_mean(counts: FloatArray, p2: float, previous: FloatArray) -> FloatArray:
-    """PrivKV calibration of one round (D0 Alg.2), clipped into [-1, 1]; keeps ``previous``
-    for keys without key-bit-1 reports ([X1])."""
+    """PrivKV calibration of one round (Sun et al. 2019, Alg. 2), clipped into [-1, 1]; keeps
+    ``previous`` for keys without key-bit-1 reports (as the PCKV authors' reference code does)."""
     m1, m_1 = counts[..., POS], counts[..., NEG]
     big_n = m1 + m_1
     n1 = np.clip(((p2 - 1) * big_n + m1) / (2 * p2 - 1), 0, big_n)

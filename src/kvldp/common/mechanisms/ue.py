@@ -1,4 +1,4 @@
-"""Unary encoding oracles: OUE and SUE (spec §0.2, §1).
+"""Unary encoding oracles: OUE and SUE (docs/mechanisms.md, *OUE and SUE*).
 
 The device one-hot encodes its sampled item over D = d (+1 for ``none``) bits and
 reports bit i as 1 with probability p if it is the item's bit, q otherwise:
