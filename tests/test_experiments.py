@@ -22,6 +22,7 @@ from kvldp.experiments.metrics import kld, ncr, relative_error, squared_error, t
 from kvldp.experiments.report import duels
 
 from support import random_ratings, run_kvldp
+from support.package import REPO
 
 
 @pytest.mark.slow
@@ -61,6 +62,19 @@ def test_horigome_report_prints_the_papers_numbers_beside_ours(tmp_path: Path) -
         row = next(r for r in rows if r["series"] == series and r["x"] == 1.0)
         ratio = row["mse_frequency"] / (printed * 1e-4)
         assert f"{printed:.4g} / {row['mse_frequency'] / 1e-4:.4g} ({ratio:.2f})" in text
+
+
+def test_committed_reports_carry_the_generators_text() -> None:
+    """docs/results/*/README.md were written by the generator: its title, source and notes
+    appear there verbatim, so a change to one is made to the other."""
+    reports = sorted((REPO / "docs" / "results").glob("*/README.md"))
+    assert len(reports) >= len(EXPERIMENTS)
+    for path in reports:
+        text = path.read_text()
+        experiment = EXPERIMENTS[text.split(":", 1)[0].removeprefix("# ")]
+        assert text.startswith(f"# {experiment.name}: {experiment.title}\n"), path
+        assert f"\nSource: {experiment.source}.\n" in text, path
+        assert experiment.notes.strip() in text, path
 
 
 def test_unknown_experiment_is_one_clear_line() -> None:
