@@ -20,12 +20,12 @@ import pytest
 import trustme
 
 from kvldp import dashboard
-from kvldp.aggregator.exporter import HttpSecurity
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.tansu import EmbeddedBroker, free_port
 from kvldp.common.collection import Collection
 from kvldp.producer.collector import Collector
 from kvldp.sim import simulate
+from kvldp.web.security import HttpSecurity
 
 from support.pipeline import unique_collection, wait_for
 from support.prometheus import finite, get, promql, start_prometheus

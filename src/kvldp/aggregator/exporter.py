@@ -29,26 +29,23 @@ Estimates come from a custom collector reading one immutable :class:`Snapshot` t
 the refit task swaps by reference (no stale label sets, no torn reads). Undefined
 estimates (NaN) are not exported, so every series that exists is finite.
 
-The server answers ``GET /metrics`` (Prometheus text format) and ``GET /estimates``
-(the snapshot as JSON). It binds 127.0.0.1 unless told otherwise, and can require TLS
-and HTTP basic auth (:class:`HttpSecurity`).
+The endpoint answers ``GET /metrics`` (Prometheus text format) and ``GET /estimates``
+(the snapshot as JSON), ``HEAD`` too, and 405 to other methods, on the server of
+:mod:`kvldp.web` with its limits (request sizes, no request body, deadlines, bounded
+connections: :class:`kvldp.web.limits.Limits`). It binds 127.0.0.1 unless told
+otherwise, and can require TLS and HTTP basic auth
+(:class:`kvldp.web.security.HttpSecurity`).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
-import contextlib
-import hmac
 import json
-import ssl
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
@@ -57,8 +54,10 @@ from kvldp.aggregator.refit import Snapshot, condition_label, refit
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism
-from kvldp.common.errors import KvldpError
 from kvldp.common.wire import REASONS
+from kvldp.web.limits import Limits
+from kvldp.web.security import HttpSecurity
+from kvldp.web.server import WebServer
 
 LABELS = ["collection", "key", "estimator", "window"]
 CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
@@ -260,48 +259,6 @@ class SnapshotCollector(PromCollector):
         yield last
 
 
-@dataclass(frozen=True)
-class HttpSecurity:
-    """Optional TLS and HTTP basic auth for the metrics endpoint (both off by default)."""
-
-    certfile: str | None = None
-    keyfile: str | None = None
-    username: str | None = None
-    password: str | None = None
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if self.certfile is None:
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(self.certfile, self.keyfile)
-        return context
-
-    def authorised(self, header: str | None) -> bool:
-        if self.username is None:
-            return True
-        if header is None or not header.startswith("Basic "):
-            return False
-        try:
-            given = base64.b64decode(header[6:].strip(), validate=True)
-        except (ValueError, binascii.Error):
-            return False
-        expected = f"{self.username}:{self.password}".encode()
-        return hmac.compare_digest(given, expected)
-
-
-def load_basic_auth(path: str) -> tuple[str, str]:
-    """``user:password`` on the first line of a file (keeps the password off the command line)."""
-    try:
-        line = Path(path).read_text(encoding="utf-8").splitlines()[0].strip()
-    except (OSError, IndexError):
-        raise KvldpError(f"basic-auth file {path!r} cannot be read or is empty") from None
-    user, sep, password = line.partition(":")
-    if not sep or not user or not password:
-        raise KvldpError(f"basic-auth file {path!r} must hold one line user:password")
-    return user, password
-
-
 class Exporter:
     """The registry, the refit-duration histogram and the HTTP server of one aggregator."""
 
@@ -330,8 +287,8 @@ class Exporter:
         )
         self.collection = collection
         self.queries = collection.conditional_queries()
-        self.security = HttpSecurity()
-        self._server: asyncio.base_events.Server | None = None
+        #: the endpoint's server, from :meth:`serve` to :meth:`close`
+        self.server: WebServer | None = None
 
     async def refresh(self, state: AggregatorState) -> None:
         """Refit every window of ``state`` and publish the result. Buckets are compacted
@@ -359,60 +316,33 @@ class Exporter:
     def snapshot(self) -> Snapshot | None:
         return self.collector.snapshot
 
-    async def serve(self, host: str, port: int, security: HttpSecurity | None = None) -> int:
-        """Start listening (TLS and basic auth if ``security`` says so); returns the bound port."""
-        self.security = security or HttpSecurity()
-        self._server = await asyncio.start_server(self._handle, host, port, ssl=self.security.ssl_context())
-        sock = self._server.sockets[0]
-        return int(sock.getsockname()[1])
+    async def serve(
+        self, host: str, port: int, security: HttpSecurity | None = None, limits: Limits | None = None
+    ) -> int:
+        """Start listening (TLS and basic auth if ``security`` says so, within ``limits``);
+        returns the bound port."""
+        routes = [
+            web.get("/metrics", self._metrics),
+            web.get("/estimates", self._estimates),
+            web.get("/", self._index),
+        ]
+        self.server = WebServer(routes, ("GET", "HEAD"), limits, security)
+        return await self.server.start(host, port)
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            with contextlib.suppress(Exception):
-                await self._server.wait_closed()
+        if self.server is not None:
+            await self.server.close()
+            self.server = None
 
-    def _body(self, path: str) -> tuple[str, str, bytes]:
-        if path == "/metrics":
-            return "200 OK", CONTENT_TYPE_LATEST, generate_latest(self.registry)
-        if path == "/estimates":
-            snap = self.snapshot
-            payload = (
-                snap.to_json() if snap is not None else {"collection": self.collection.name, "windows": {}}
-            )
-            return "200 OK", "application/json", json.dumps(payload).encode()
-        if path == "/":
-            return "200 OK", "text/plain; charset=utf-8", b"kvldp aggregator: /metrics, /estimates\n"
-        return "404 Not Found", "text/plain; charset=utf-8", b"not found\n"
+    async def _metrics(self, _: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
 
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            request = await asyncio.wait_for(reader.readline(), timeout=10)
-            headers: dict[str, str] = {}
-            while True:
-                line = await asyncio.wait_for(reader.readline(), timeout=10)
-                if line in (b"\r\n", b"\n", b""):
-                    break
-                key, _, value = line.decode("latin-1").partition(":")
-                headers[key.strip().lower()] = value.strip()
-            parts = request.decode("latin-1").split()
-            extra = ""
-            if len(parts) < 2 or parts[0] not in ("GET", "HEAD"):
-                status, ctype, body = "405 Method Not Allowed", "text/plain", b"only GET\n"
-            elif not self.security.authorised(headers.get("authorization")):
-                status, ctype, body = "401 Unauthorized", "text/plain", b"authentication required\n"
-                extra = 'WWW-Authenticate: Basic realm="kvldp"\r\n'
-            else:
-                status, ctype, body = self._body(parts[1].split("?", 1)[0])
-            head = (
-                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\n{extra}"
-                "Connection: close\r\n\r\n"
-            ).encode()
-            writer.write(head + (body if parts and parts[0] == "GET" else b""))
-            await writer.drain()
-        except (TimeoutError, ConnectionError, UnicodeDecodeError, ssl.SSLError):
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+    async def _estimates(self, _: web.Request) -> web.Response:
+        snap = self.snapshot
+        payload = snap.to_json() if snap is not None else {"collection": self.collection.name, "windows": {}}
+        return web.Response(body=json.dumps(payload).encode(), content_type="application/json")
+
+    async def _index(self, _: web.Request) -> web.Response:
+        return web.Response(text="kvldp aggregator: /metrics, /estimates\n")

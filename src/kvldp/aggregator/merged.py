@@ -19,7 +19,7 @@ import contextlib
 from collections.abc import Callable
 
 from kvldp.aggregator.console import stderr_line
-from kvldp.aggregator.exporter import Exporter, HttpSecurity
+from kvldp.aggregator.exporter import Exporter
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch
 from kvldp.aggregator.statetopic import StateFollower, decode
 from kvldp.aggregator.topics import ensure_topics
@@ -27,6 +27,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.control_record import is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
+from kvldp.web.security import HttpSecurity
 
 
 class MergedExporter:

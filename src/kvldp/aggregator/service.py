@@ -42,7 +42,7 @@ from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.consumer import MAX_RECORDS, reports_consumer
 from kvldp.aggregator.control_publisher import ControlPublisher
 from kvldp.aggregator.dlq import dead_letter, dlq_producer
-from kvldp.aggregator.exporter import Exporter, HttpSecurity
+from kvldp.aggregator.exporter import Exporter
 from kvldp.aggregator.heap_trim import release_free_memory
 from kvldp.aggregator.ingest import plan, record_digest
 from kvldp.aggregator.ledgerkey import ledger_key
@@ -55,6 +55,7 @@ from kvldp.common.errors import KvldpError
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
+from kvldp.web.security import HttpSecurity
 
 ROLES = ("all", "worker")
 

@@ -51,13 +51,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def configure_logging() -> None:
-    """Warnings and errors of kvldp's own modules on stderr; client libraries stay quiet
-    unless KVLDP_LOG_LEVEL asks for more (their connection errors become our one-line
-    messages instead of a burst of log records)."""
+    """Warnings and errors of kvldp's own modules on stderr; the Kafka client and the web
+    server stay quiet unless KVLDP_LOG_LEVEL asks for more (the client's connection errors
+    become our one-line messages instead of a burst of log records; the server would log
+    a traceback for every malformed request, which kvldp.web answers and counts as
+    nothing more)."""
     level = os.environ.get("KVLDP_LOG_LEVEL", "").upper()
     logging.basicConfig(level=level or logging.WARNING, format="kvldp: %(levelname)s %(name)s: %(message)s")
     if not level:
-        logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+        for library in ("aiokafka", "aiohttp"):
+            logging.getLogger(library).setLevel(logging.CRITICAL)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,7 +17,7 @@ from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
 if TYPE_CHECKING:
-    from kvldp.aggregator.exporter import HttpSecurity
+    from kvldp.web.security import HttpSecurity
 
 
 def register(sub: Subparsers) -> None:
@@ -108,7 +108,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
 
 def metrics_security(args: argparse.Namespace) -> HttpSecurity:
     """TLS (certificate and key files) and basic auth (a user:password file) for /metrics."""
-    from kvldp.aggregator.exporter import HttpSecurity, load_basic_auth
+    from kvldp.web.security import HttpSecurity, load_basic_auth
 
     if bool(args.metrics_tls_cert) != bool(args.metrics_tls_key):
         raise KvldpError("--metrics-tls-cert and --metrics-tls-key go together")

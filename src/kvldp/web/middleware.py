@@ -1,0 +1,110 @@
+"""The rules every request of a kvldp endpoint passes, as aiohttp middlewares.
+
+In the order :class:`~kvldp.web.server.WebServer` stacks them, outermost first:
+
+* :func:`phases` marks the connection's phases for its deadlines
+  (:mod:`kvldp.web.deadlines`): the head is complete when the request gets here, and the
+  response is sent once this middleware has written it to the socket itself — so a
+  reader that does not read counts against ``response_timeout``. It answers aiohttp's
+  routing errors (404, 405) as plain responses and a handler's exception as a 500, logged
+  on ``kvldp.web``;
+* :func:`allowed_methods` answers 405 to any method the endpoint does not serve;
+* :func:`body_limit` answers 413 to a request declaring a body above ``max_body`` bytes
+  (any body when it is 0), and closes the connection without reading the body;
+* :func:`basic_auth` answers 401 with ``WWW-Authenticate`` unless the request carries the
+  configured credentials.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterable
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from kvldp.web.listener import Listener
+from kvldp.web.security import HttpSecurity
+
+logger = logging.getLogger("kvldp.web")
+
+
+def phases(listener: Listener) -> Middleware:
+    """Tell the request's connection when its head is complete and its response sent."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        connection = listener.connection(request.protocol)
+        if connection is not None:
+            connection.head_complete()
+        try:
+            response = await _answer(request, handler)
+            # a client that left or was cut off: aiohttp finds the connection closed as well
+            with contextlib.suppress(ConnectionError):
+                await response.prepare(request)
+                await response.write_eof()
+            return response
+        finally:
+            if connection is not None:
+                connection.response_sent()
+
+    return middleware
+
+
+async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:  # aiohttp's routing errors
+        return web.Response(status=exc.status, reason=exc.reason, text=exc.text, headers=exc.headers)
+    except Exception:
+        logger.exception("%s %s failed", request.method, request.path)
+        return web.Response(status=500, text="internal error\n")
+
+
+def allowed_methods(methods: Iterable[str]) -> Middleware:
+    """405 to every method but ``methods``."""
+    allowed = frozenset(methods)
+    allow = ", ".join(sorted(allowed))
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.method not in allowed:
+            return web.Response(status=405, text=f"only {allow}\n", headers={"Allow": allow})
+        return await handler(request)
+
+    return middleware
+
+
+def body_limit(max_body: int) -> Middleware:
+    """413 (and a closed connection) to a body above ``max_body`` bytes; 0 refuses any body.
+    A chunked body of unknown length is refused at 0 and otherwise bounded as it is read
+    (aiohttp's ``client_max_size``)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        length = request.content_length
+        if request.body_exists and (max_body == 0 or (length is not None and length > max_body)):
+            text = "no request body accepted\n" if max_body == 0 else f"request body above {max_body} bytes\n"
+            response = web.Response(status=413, text=text)
+            response.force_close()
+            return response
+        return await handler(request)
+
+    return middleware
+
+
+def basic_auth(security: HttpSecurity) -> Middleware:
+    """401 with a basic-auth challenge unless the request carries ``security``'s credentials."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not security.authorised(request.headers.get("Authorization")):
+            return web.Response(
+                status=401,
+                text="authentication required\n",
+                headers={"WWW-Authenticate": 'Basic realm="kvldp"'},
+            )
+        return await handler(request)
+
+    return middleware

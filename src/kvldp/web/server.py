@@ -1,0 +1,90 @@
+"""One HTTP(S) endpoint of kvldp: aiohttp's server behind kvldp's limits and security.
+
+:class:`WebServer` takes an endpoint's routes, the methods it serves, its
+:class:`~kvldp.web.limits.Limits` and its :class:`~kvldp.web.security.HttpSecurity`.
+aiohttp parses the requests (with the limits' line, field and header-count bounds), routes
+them and writes the responses; :class:`~kvldp.web.listener.Listener` accepts the
+connections within the connection bound and puts each behind its deadlines; the
+middlewares of :mod:`kvldp.web.middleware` refuse methods, bodies and missing credentials.
+Closing stops accepting, gives answers in flight ``shutdown_grace`` seconds, and then
+cuts whatever is still open.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from aiohttp import web
+
+from kvldp.web.limits import Limits
+from kvldp.web.listener import Listener
+from kvldp.web.middleware import allowed_methods, basic_auth, body_limit, phases
+from kvldp.web.security import HttpSecurity
+
+
+class WebServer:
+    """Serves ``routes`` for ``methods`` on one host and port until :meth:`close`."""
+
+    def __init__(
+        self,
+        routes: Iterable[web.AbstractRouteDef],
+        methods: Iterable[str],
+        limits: Limits | None = None,
+        security: HttpSecurity | None = None,
+    ) -> None:
+        self.routes = list(routes)
+        self.methods = frozenset(methods)
+        self.limits = limits or Limits()
+        self.security = security or HttpSecurity()
+        self._runner: web.AppRunner | None = None
+        self._listener: Listener | None = None
+
+    @property
+    def open_connections(self) -> int:
+        """Connections accepted and not yet closed."""
+        return self._listener.open_connections if self._listener is not None else 0
+
+    async def start(self, host: str, port: int) -> int:
+        """Listen on ``host``:``port``; returns the bound port (``port`` 0: a free one)."""
+        limits = self.limits
+        ssl_context = self.security.ssl_context()
+        self._listener = listener = Listener(limits, ssl_context)
+        app = web.Application(
+            middlewares=[
+                phases(listener),
+                allowed_methods(self.methods),
+                body_limit(limits.max_body),
+                basic_auth(self.security),
+            ],
+            client_max_size=max(limits.max_body, 1),  # 0 would mean unbounded
+        )
+        app.add_routes(self.routes)
+        runner = web.AppRunner(
+            app,
+            access_log=None,
+            shutdown_timeout=limits.shutdown_grace,
+            keepalive_timeout=limits.keepalive_timeout,
+            max_line_size=limits.max_line_size,
+            max_field_size=limits.max_field_size,
+            max_headers=limits.max_headers,
+            lingering_time=0,  # an unread body is not drained: the connection closes
+        )
+        await runner.setup()
+        assert runner.server is not None
+        self._runner = runner
+        try:
+            return await listener.start(host, port, runner.server)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Stop accepting, let answers in flight finish (``shutdown_grace``), cut the rest."""
+        if self._listener is not None:
+            await self._listener.stop_accepting()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._listener is not None:
+            await self._listener.abort_all(self.limits.shutdown_grace)
+            self._listener = None
