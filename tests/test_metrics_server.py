@@ -167,6 +167,24 @@ async def test_tls_and_basic_auth(tls_files: TlsFiles) -> None:
             await asyncio.to_thread(get, f"http://127.0.0.1:{port}/metrics")
 
 
+async def test_a_failing_handler_answers_500_and_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(_: web.Request) -> web.Response:
+        raise RuntimeError("a bug")
+
+    server = WebServer([web.get("/broken", broken)], ("GET",))
+    port = await server.start("127.0.0.1", 0)
+    try:
+        async with client(port) as (reader, writer):
+            writer.write(request("/broken"))
+            assert (await read_response(reader)).status == 500
+            writer.write(request("/broken", "Connection: close"))  # the connection still serves
+            assert parse(await until_closed(reader, PROMPT)).status == 500
+    finally:
+        await server.close()
+    failures = [r for r in caplog.records if r.name == "kvldp.web" and r.exc_info]
+    assert len(failures) == 2 and "GET /broken failed" in failures[0].getMessage()
+
+
 # ------------------------------------------------------------------ sizes and bodies
 SIZES = Limits(max_line_size=256, max_field_size=256, max_headers=8)
 

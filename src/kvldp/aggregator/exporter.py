@@ -1,4 +1,4 @@
-"""Prometheus metrics and the estimates as JSON, over one small asyncio HTTP server.
+"""Prometheus metrics and the estimates as JSON, served by kvldp's web server (:mod:`kvldp.web`).
 
 Metric names and labels are a contract:
 

@@ -1,7 +1,7 @@
 """``kvldp aggregate``: consume a collection and export its estimates to Prometheus, or fold
 a recording offline (:mod:`kvldp.aggregator.offline`).
 
-The service modules (aiokafka, prometheus-client) are imported when the command runs,
+The service modules (aiokafka, aiohttp, prometheus-client) are imported when the command runs,
 not when ``kvldp --help`` builds the parser."""
 
 from __future__ import annotations
