@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,19 +67,38 @@ class Rec:
     value: bytes | None
 
 
-def run_kvldp(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
+    timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
-    """``kvldp ARGS`` as a user runs it (``python -P -m kvldp``, so the working directory
-    stays off ``sys.path``): output captured, exit status kept; ``env`` adds variables."""
+    """``argv`` as a child process: output captured as text, the exit status kept (never
+    raised on); ``env`` adds variables to this process's environment, ``unset`` removes some."""
+    environment = {k: v for k, v in os.environ.items() if k not in unset}
     return subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp", *args],
+        list(argv),
+        cwd=cwd,
+        env={**environment, **(env or {})},
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {})},
         check=False,
     )
+
+
+def run_kvldp(
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """``kvldp ARGS`` as a user runs it (``python -P -m kvldp``, so the working directory
+    stays off ``sys.path``), through :func:`run`."""
+    return run([sys.executable, "-P", "-m", "kvldp", *args], cwd=cwd, env=env, unset=unset, timeout=timeout)
 
 
 def random_ratings(path: Path, users: int, items: int, share: float, seed: int) -> int:

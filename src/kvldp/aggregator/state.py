@@ -22,8 +22,6 @@ so memory stays bounded by (partitions x buckets x statistics size).
 
 from __future__ import annotations
 
-import os
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -38,6 +36,7 @@ from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.round_state import RoundBook, RoundState
+from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
@@ -335,18 +334,4 @@ class CheckpointStore:
     def save(self, data: bytes) -> None:
         """Write ``data`` (an :meth:`AggregatorState.to_bytes`) atomically and durably."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.directory)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomically(self.path, data)

@@ -12,8 +12,8 @@ A device that reports for a long time must never forget what it already spent
   costs the mechanism's ``round_epsilon(r)``, and a second report in one round is refused.
 
 With a path the state lives in one file (msgpack, tagged with a format name, a version,
-the collection's name and digest), written atomically with mode 0600 (temp file in the
-same directory, fsync, rename, fsync of the directory). The spending rule always records
+the collection's name and digest), written atomically with mode 0600
+(:func:`kvldp.common.atomic_file.write_atomically`). The spending rule always records
 a spend in the file *before* the report is handed to Kafka: a crash may lose a report,
 never a spend. A file that is corrupt, of another format, or of another collection (or
 digest) raises :class:`InvalidDeviceState` naming the file, and is left untouched.
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import math
-import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from typing import Any
 
 import msgpack
 
+from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
@@ -162,24 +162,8 @@ class DeviceState:
         """Write the state atomically (nothing to do for an in-memory state)."""
         if self.path is None:
             return
-        directory = self.path.parent
-        tmp = directory / f".{self.path.name}.{uuid.uuid4().hex}.tmp"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)  # 0600 before the secret
-            try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(self.to_bytes())
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, self.path)
-            except BaseException:
-                tmp.unlink(missing_ok=True)
-                raise
-            dir_fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            write_atomically(self.path, self.to_bytes(), mode=0o600)  # 0600: the file holds the secret
         except OSError as exc:
             raise InvalidDeviceState(f"device state {self.path}: cannot write it ({exc.strerror})") from None
 
