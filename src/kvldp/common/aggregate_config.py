@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kvldp.common.collection_fields import InvalidCollection, number, string_list
+from kvldp.common.collection_fields import InvalidCollection, integer, number, string_list
 from kvldp.common.mechanisms.base import Mechanism
 
 WINDOW_PATTERN = re.compile(r"^(\d+)(s|m|h|d)$")
@@ -113,22 +113,18 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     if not any(w.seconds is None for w in windows):
         windows = (*windows, Window("all", None))
     conditions = string_list(table.get("conditions", []), "aggregate.conditions")
-    partitions = table.get("partitions", defaults.partitions)
-    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 1 <= partitions <= 1024:
-        raise InvalidCollection(f"aggregate.partitions: expected an integer in [1, 1024], got {partitions!r}")
+    partitions = integer(table.get("partitions", defaults.partitions), "aggregate.partitions", 1, 1024)
     replication = _replication(table)
-    cap = table.get("max_message_bytes", defaults.max_message_bytes)
-    if isinstance(cap, bool) or not isinstance(cap, int) or not 1024 <= cap <= KAFKA_MESSAGE_LIMIT:
-        raise InvalidCollection(
-            f"aggregate.max_message_bytes: expected an integer in [1024, {KAFKA_MESSAGE_LIMIT}], got {cap!r}"
-        )
+    cap = integer(
+        table.get("max_message_bytes", defaults.max_message_bytes),
+        "aggregate.max_message_bytes",
+        1024,
+        KAFKA_MESSAGE_LIMIT,
+    )
     limits: dict[str, int] = {}
     # the de-duplication table costs about 40 bytes per unit of horizon and partition
     for key, high in (("dedup_horizon", 10_000_000), ("max_reports_per_device", 100_000_000)):
-        value = table.get(key, getattr(defaults, key))
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
-            raise InvalidCollection(f"aggregate.{key}: expected an integer in [0, {high}], got {value!r}")
-        limits[key] = value
+        limits[key] = integer(table.get(key, getattr(defaults, key)), f"aggregate.{key}", 0, high)
     window = parse_window(table.get("budget_window", "1d"), "aggregate.budget_window")
     if window.seconds is None:
         raise InvalidCollection("aggregate.budget_window: give a duration such as '1d' or '12h'")
@@ -161,10 +157,7 @@ def _replication(table: Mapping[str, Any]) -> tuple[int, int]:
     and how many must hold a write before an ``acks=all`` send succeeds."""
     values = []
     for key in ("replication_factor", "min_insync_replicas"):
-        value = table.get(key, 1)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
-            raise InvalidCollection(f"aggregate.{key}: expected an integer in [1, 32], got {value!r}")
-        values.append(value)
+        values.append(integer(table.get(key, 1), f"aggregate.{key}", 1, 32))
     if values[1] > values[0]:
         raise InvalidCollection(
             f"aggregate.min_insync_replicas: {values[1]} is more than replication_factor={values[0]}: "

@@ -1,18 +1,21 @@
-"""The error an invalid collection file raises, and the checks of one typed field.
+"""The error an invalid collection file raises, and the readers of its typed fields.
 
 Every table of a collection file is validated field by field — the top level in
 :mod:`kvldp.common.collection_file`, ``[aggregate]`` in :mod:`kvldp.common.aggregate_config`
-— with these readers, so that every error names the field it is about. They sit below
-both (and below :mod:`kvldp.common.collection`, whose checks raise the same error).
+— with these readers, so that every error names the field it is about in the same words
+(``<field>: expected <what>, got <value>``). They are :mod:`kvldp.common.typed_fields`'
+readers raising :class:`InvalidCollection`, and sit below both modules (and below
+:mod:`kvldp.common.collection`, whose checks raise the same error).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from kvldp.common import typed_fields
 from kvldp.common.errors import KvldpError
+from kvldp.common.typed_fields import expected
 
 
 class InvalidCollection(KvldpError):
@@ -26,12 +29,22 @@ def require(table: Mapping[str, Any], key: str, where: str = "") -> Any:
 
 
 def number(value: Any, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidCollection(f"{field}: expected a finite number, got {value!r}")
-    return float(value)
+    return typed_fields.number(value, expected(InvalidCollection, field, "a finite number"))
+
+
+def integer(value: Any, field: str, low: int, high: int) -> int:
+    return typed_fields.integer(
+        value, expected(InvalidCollection, field, f"an integer in [{low}, {high}]"), low, high
+    )
+
+
+def positive_integer(value: Any, field: str) -> int:
+    return typed_fields.integer(value, expected(InvalidCollection, field, "a positive integer"), low=1)
+
+
+def boolean(value: Any, field: str) -> bool:
+    return typed_fields.boolean(value, expected(InvalidCollection, field, "true or false"))
 
 
 def string_list(value: Any, field: str) -> tuple[str, ...]:
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InvalidCollection(f"{field}: expected a list of strings, got {value!r}")
-    return tuple(value)
+    return typed_fields.text_list(value, expected(InvalidCollection, field, "a list of strings"))

@@ -21,7 +21,14 @@ from typing import Any
 
 from kvldp.common.aggregate_config import parse_aggregate
 from kvldp.common.collection import Collection
-from kvldp.common.collection_fields import InvalidCollection, number, require, string_list
+from kvldp.common.collection_fields import (
+    InvalidCollection,
+    boolean,
+    number,
+    positive_integer,
+    require,
+    string_list,
+)
 from kvldp.common.mechanisms import create, get
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.params import InvalidParameter
@@ -80,10 +87,7 @@ def _parse_keys(table: Mapping[str, Any]) -> tuple[str, ...]:
             dup = next(k for k in keys if keys.count(k) > 1)
             raise InvalidCollection(f"keys: {dup!r} appears twice")
     elif "key_count" in table:
-        count = table["key_count"]
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InvalidCollection(f"key_count: expected a positive integer, got {count!r}")
-        keys = tuple(f"k{i}" for i in range(count))
+        keys = tuple(f"k{i}" for i in range(positive_integer(table["key_count"], "key_count")))
     else:
         raise InvalidCollection("keys: required field is missing (or give key_count)")
     if not keys:
@@ -135,9 +139,7 @@ def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Co
         lo, hi = (number(v, "value_range") for v in value_range)
         if not lo < hi:
             raise InvalidCollection(f"value_range: low {lo:g} must be below high {hi:g}")
-        clip = table.get("clip_values", False)
-        if not isinstance(clip, bool):
-            raise InvalidCollection(f"clip_values: expected true or false, got {clip!r}")
+        clip = boolean(table.get("clip_values", False), "clip_values")
         params = table.get("params", {})
         if not isinstance(params, dict):
             raise InvalidCollection("params: expected a table")

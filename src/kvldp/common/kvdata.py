@@ -19,10 +19,15 @@ from numpy.typing import NDArray
 
 from kvldp.common.errors import KvldpError
 from kvldp.common.primitives import FloatArray, IntArray
+from kvldp.common.typed_fields import integer
 
 
 class InvalidUserData(KvldpError):
     """A user's pairs violate the data model (bad key index or value outside [-1, 1])."""
+
+
+def _not_an_index(key: object) -> InvalidUserData:
+    return InvalidUserData(f"key {key!r} is not an integer index")
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,9 +92,7 @@ class KVData:
         values: list[float] = []
         for pairs in users:
             for k in sorted(pairs):
-                if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-                    raise InvalidUserData(f"key {k!r} is not an integer index")
-                keys.append(int(k))
+                keys.append(integer(k, _not_an_index))
                 values.append(float(pairs[k]))
             indptr.append(len(keys))
         return cls(

@@ -7,12 +7,16 @@ name or an out-of-range value is the same clear error everywhere.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from kvldp.common.errors import KvldpError
+from kvldp.common.typed_fields import Refusal, boolean, integer, number, text
 
 ParamValue = int | float | str | bool
+_TRUE = frozenset(("true", "1", "yes"))
+_FALSE = frozenset(("false", "0", "no"))
 
 
 class InvalidParameter(KvldpError):
@@ -43,41 +47,31 @@ class Param:
 
 
 def _coerce(kind: type, raw: object, name: str) -> ParamValue:
+    def refuse(what: str) -> Refusal:
+        return lambda value: InvalidParameter(f"parameter {name} must be {what}, got {value!r}")
+
     if kind is bool:
-        if isinstance(raw, bool):
-            return raw
-        if isinstance(raw, str) and raw.lower() in {"true", "1", "yes", "false", "0", "no"}:
-            return raw.lower() in {"true", "1", "yes"}
-        raise InvalidParameter(f"parameter {name} must be a boolean, got {raw!r}")
+        if isinstance(raw, str) and raw.lower() in _TRUE | _FALSE:
+            return raw.lower() in _TRUE
+        return boolean(raw, refuse("a boolean"))
     if kind is int:
-        if isinstance(raw, bool):
-            raise InvalidParameter(f"parameter {name} must be an integer, got {raw!r}")
-        if isinstance(raw, int):
-            return raw
         if isinstance(raw, float) and raw.is_integer():
             return int(raw)
-        if isinstance(raw, str):
-            try:
-                return int(raw)
-            except ValueError:
-                pass
-        raise InvalidParameter(f"parameter {name} must be an integer, got {raw!r}")
+        return integer(_parsed(raw, int), refuse("an integer"))
     if kind is float:
-        if isinstance(raw, bool):
-            raise InvalidParameter(f"parameter {name} must be a number, got {raw!r}")
-        if isinstance(raw, (int, float)):
-            return float(raw)
-        if isinstance(raw, str):
-            try:
-                return float(raw)
-            except ValueError:
-                pass
-        raise InvalidParameter(f"parameter {name} must be a number, got {raw!r}")
+        return number(_parsed(raw, float), refuse("a number"))
     if kind is str:
-        if isinstance(raw, str):
-            return raw
-        raise InvalidParameter(f"parameter {name} must be a string, got {raw!r}")
+        return text(raw, refuse("a string"))
     raise TypeError(f"unsupported parameter type {kind!r}")
+
+
+def _parsed(raw: object, parse: Callable[[str], object]) -> object:
+    """A string as ``parse`` reads it (``--param NAME=VALUE`` gives strings); anything
+    else, or a string ``parse`` refuses, as it is."""
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError):
+            return parse(raw)
+    return raw
 
 
 def parse_params(spec: tuple[Param, ...], raw: Mapping[str, object], mechanism: str) -> dict[str, ParamValue]:

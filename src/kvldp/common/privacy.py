@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvldp.common.errors import KvldpError
+from kvldp.common.typed_fields import boolean, expected, number
 
 #: fields of the ``[privacy]`` table
 FIELDS = ("memoize", "lifetime_epsilon", "report_period")
@@ -92,14 +93,13 @@ def parse_privacy(table: Any) -> PrivacyConfig:
     unknown = sorted(set(table) - set(FIELDS))
     if unknown:
         raise InvalidPrivacy(f"privacy.{unknown[0]}: unknown field (known: {', '.join(FIELDS)})")
-    memoize = table.get("memoize", False)
-    if not isinstance(memoize, bool):
-        raise InvalidPrivacy(f"privacy.memoize: expected true or false, got {memoize!r}")
+    memoize = boolean(
+        table.get("memoize", False), expected(InvalidPrivacy, "privacy.memoize", "true or false")
+    )
     cap = table.get("lifetime_epsilon")
     if cap is not None:
-        if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
-            raise InvalidPrivacy(f"privacy.lifetime_epsilon: expected a positive finite number, got {cap!r}")
-        cap = float(cap)
+        refuse = expected(InvalidPrivacy, "privacy.lifetime_epsilon", "a positive finite number")
+        cap = number(cap, refuse, positive=True)
     period = table.get("report_period")
     period_s = None if period is None else parse_duration(period, "privacy.report_period")
     return PrivacyConfig(memoize=memoize, lifetime_epsilon=cap, report_period_s=period_s)

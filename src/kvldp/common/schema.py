@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.common.errors import KvldpError
+from kvldp.common.typed_fields import Refusal, integer
 
 ReportBatch = dict[str, NDArray[Any]]
 Report = dict[str, int | bytes]
@@ -64,6 +65,10 @@ def row(batch: Mapping[str, NDArray[Any]], fields: Sequence[Field], i: int) -> R
     return out
 
 
+def _not_an_integer(field: str) -> Refusal:
+    return lambda value: InvalidReport(f"field {field} must be an integer, got {value!r}")
+
+
 def from_rows(reports: Sequence[Mapping[str, object]], fields: Sequence[Field]) -> ReportBatch:
     """Stack single reports (as produced by :func:`row`) into a batch; shape errors raise."""
     batch: ReportBatch = {}
@@ -80,9 +85,9 @@ def from_rows(reports: Sequence[Mapping[str, object]], fields: Sequence[Field]) 
                 buf.append(np.frombuffer(bytes(v), dtype=np.uint8))
             batch[f.name] = np.stack(buf) if buf else np.zeros((0, f.nbytes), np.uint8)
         else:
+            refuse = _not_an_integer(f.name)
             for v in values:
-                if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                    raise InvalidReport(f"field {f.name} must be an integer, got {v!r}")
+                integer(v, refuse)
             batch[f.name] = np.asarray(values, dtype=f.dtype).reshape(len(values))
     return batch
 

@@ -46,6 +46,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.common.layout import SingleLayout
 from kvldp.common.schema import Field, Report, ReportBatch, batch_len
+from kvldp.common.typed_fields import integer, is_integer
 
 VERSION = 1
 ENVELOPE = ("ver", "col", "mech", "cfg")
@@ -210,7 +211,7 @@ class WireFormat:
             raise WireError("bad_envelope", f"message is a {type(obj).__name__}, not a map")
         ver = obj.get("ver")
         if ver != VERSION:
-            if isinstance(ver, int) and not isinstance(ver, bool):
+            if is_integer(ver):
                 raise WireError(
                     "unsupported_version", f"schema version {ver} (this aggregator reads {VERSION})"
                 )
@@ -218,9 +219,7 @@ class WireFormat:
         for key in ("col", "mech"):
             if not isinstance(obj.get(key), str):
                 raise WireError("bad_envelope", f"missing or malformed {key!r}")
-        cfg = obj.get("cfg")
-        if isinstance(cfg, bool) or not isinstance(cfg, int):
-            raise WireError("bad_envelope", "missing or malformed 'cfg'")
+        cfg = integer(obj.get("cfg"), lambda _: WireError("bad_envelope", "missing or malformed 'cfg'"))
         if obj["col"] != self.collection.name:
             raise WireError("wrong_collection", f"report for collection {obj['col']!r}")
         if obj["mech"] != self.mechanism.name:
@@ -233,17 +232,19 @@ class WireFormat:
             if not isinstance(value, bytes) or len(value) != f.nbytes:
                 raise WireError("bad_payload", f"{f.name}: expected {f.nbytes} bytes")
             return value
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WireError("bad_payload", f"{f.name}: expected an integer, got {type(value).__name__}")
+        value = integer(
+            value,
+            lambda v: WireError("bad_payload", f"{f.name}: expected an integer, got {type(v).__name__}"),
+        )
         lo, hi = _integer_bounds(f)
         if not lo <= value < hi:
             raise WireError("out_of_range", f"{f.name}: {value} does not fit the field's 64-bit type")
         return value
 
     def _columns(self, obj: dict[str, Any]) -> dict[str, NDArray[Any]]:
-        n = obj["n"]
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise WireError("bad_payload", "batch 'n' must be a positive integer")
+        n = integer(
+            obj["n"], lambda _: WireError("bad_payload", "batch 'n' must be a positive integer"), low=1
+        )
         cols = obj["cols"]
         if not isinstance(cols, dict) or set(cols) - {RID} != set(self.names):
             raise WireError(

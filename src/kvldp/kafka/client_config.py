@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kvldp.common.errors import KvldpError
+from kvldp.common.typed_fields import text
 from kvldp.kafka.properties_file import InvalidPropertiesFile, parse_properties
 
 #: the environment variable naming the client properties file
@@ -377,10 +378,11 @@ def _unknown(key: str, source: str) -> str:
 
 
 def _text(key: object, value: object, source: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        shown = "a secret" if key in SECRET_KEYS else repr(value)
-        raise InvalidKafkaConfig(f"{source}: {key}: expected text, got {shown}")
-    return str(value)
+    def refuse(refused: object) -> InvalidKafkaConfig:
+        shown = "a secret" if key in SECRET_KEYS else repr(refused)
+        return InvalidKafkaConfig(f"{source}: {key}: expected text, got {shown}")
+
+    return text(value, refuse, numbers=True)
 
 
 def _reason(exc: BaseException) -> str:

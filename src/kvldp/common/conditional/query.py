@@ -13,8 +13,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import numpy as np
-
 from kvldp.common.conditional.cells import (
     ABSENT,
     ALL_STATES,
@@ -24,10 +22,19 @@ from kvldp.common.conditional.cells import (
     InvalidQuery,
     ProductSet,
 )
+from kvldp.common.typed_fields import Refusal, integer
 
 
 def _label(key: int, names: Sequence[str] | None) -> str:
     return repr(names[key]) if names is not None and 0 <= key < len(names) else f"key {key}"
+
+
+def _unknown_key(d: int) -> Refusal:
+    return lambda key: InvalidQuery(f"unknown key {key!r} in a condition (keys are 0..{d - 1})")
+
+
+def _unknown_target(d: int) -> Refusal:
+    return lambda key: InvalidQuery(f"unknown target key {key!r} (keys are 0..{d - 1})")
 
 
 def _bits(value: str | Sequence[int], what: str) -> tuple[int, ...]:
@@ -92,17 +99,16 @@ class Condition:
         items = list(pairs.items()) if isinstance(pairs, Mapping) else list(pairs)
         alpha = [0] * d
         beta = [0] * d
-        for key, present in items:
-            if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= int(key) < d:
-                raise InvalidQuery(f"unknown key {key!r} in a condition (keys are 0..{d - 1})")
-            if alpha[int(key)]:
-                raise InvalidQuery(f"key {_label(int(key), names)} appears twice in the conditions")
+        for raw, present in items:
+            key = integer(raw, _unknown_key(d), 0, d - 1)
+            if alpha[key]:
+                raise InvalidQuery(f"key {_label(key, names)} appears twice in the conditions")
             if present not in (0, 1):
                 raise InvalidQuery(
-                    f"condition on key {_label(int(key), names)} must be 0 (absent) or 1 (present), got {present!r}"
+                    f"condition on key {_label(key, names)} must be 0 (absent) or 1 (present), got {present!r}"
                 )
-            alpha[int(key)] = 1
-            beta[int(key)] = int(present)
+            alpha[key] = 1
+            beta[key] = int(present)
         return cls(tuple(alpha), tuple(beta))
 
     @property
@@ -165,11 +171,8 @@ class ConditionalQuery:
 
     def __post_init__(self) -> None:
         d = self.condition.d
-        if isinstance(self.target, bool) or not isinstance(self.target, (int, np.integer)):
-            raise InvalidQuery(f"the target must be a key index, got {self.target!r}")
-        if not 0 <= int(self.target) < d:
-            raise InvalidQuery(f"unknown target key {self.target!r} (keys are 0..{d - 1})")
-        object.__setattr__(self, "target", int(self.target))
+        target = integer(self.target, lambda t: InvalidQuery(f"the target must be a key index, got {t!r}"))
+        object.__setattr__(self, "target", integer(target, _unknown_target(d), 0, d - 1))
         if self.condition.alpha[self.target]:
             raise InvalidQuery(f"target key {self.target} appears in its own conditions {self.condition}")
 
@@ -182,12 +185,11 @@ class ConditionalQuery:
         names: Sequence[str] | None = None,
     ) -> ConditionalQuery:
         """From wire key indices: ``build(3, 2, {0: 1, 1: 0})`` is Pepsi | Hamburger=1, Fries=0."""
-        if isinstance(target, bool) or not isinstance(target, (int, np.integer)) or not 0 <= int(target) < d:
-            raise InvalidQuery(f"unknown target key {target!r} (keys are 0..{d - 1})")
+        key = integer(target, _unknown_target(d), 0, d - 1)
         items = list(conditions.items()) if isinstance(conditions, Mapping) else list(conditions)
-        if any(key == target for key, _ in items):
-            raise InvalidQuery(f"target {_label(int(target), names)} appears in its own conditions")
-        return cls(int(target), Condition.from_pairs(d, items, names))
+        if any(k == key for k, _ in items):
+            raise InvalidQuery(f"target {_label(key, names)} appears in its own conditions")
+        return cls(key, Condition.from_pairs(d, items, names))
 
     @classmethod
     def from_encoding(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
-import math
 from collections.abc import Mapping
 from functools import cached_property
 from typing import Any, ClassVar
@@ -41,6 +40,7 @@ from kvldp.common.schema import (
     validate_fields,
 )
 from kvldp.common.stats import Stats, StatsMismatch
+from kvldp.common.typed_fields import integer, number
 
 IntArray = NDArray[np.int64]
 Validation = tuple[NDArray[np.bool_], NDArray[np.object_]]
@@ -68,17 +68,25 @@ class Mechanism(abc.ABC):
     max_keys_advice: ClassVar[str] = ""
 
     def __init__(self, d: int, epsilon: float, **params: object) -> None:
-        if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or int(d) < 1:
-            raise InvalidParameter(f"{self.name}: the number of keys must be a positive integer, got {d!r}")
-        if not isinstance(epsilon, (int, float)) or not math.isfinite(epsilon) or epsilon <= 0:
-            raise InvalidParameter(f"{self.name}: epsilon must be a positive finite number, got {epsilon!r}")
-        if self.max_keys is not None and int(d) > self.max_keys:
+        keys = integer(
+            d,
+            lambda v: InvalidParameter(
+                f"{self.name}: the number of keys must be a positive integer, got {v!r}"
+            ),
+            low=1,
+        )
+        eps = number(
+            epsilon,
+            lambda v: InvalidParameter(f"{self.name}: epsilon must be a positive finite number, got {v!r}"),
+            positive=True,
+        )
+        if self.max_keys is not None and keys > self.max_keys:
             raise InvalidParameter(
                 f"{self.name} supports at most {self.max_keys} keys, got d={d}"
                 + (f": {self.max_keys_advice}" if self.max_keys_advice else "")
             )
-        self.d = int(d)
-        self.epsilon = float(epsilon)
+        self.d = keys
+        self.epsilon = eps
         self.params: dict[str, ParamValue] = parse_params(self.params_spec, params, self.name)
         self._setup()
 
