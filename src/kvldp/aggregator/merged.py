@@ -15,22 +15,20 @@ their snapshots.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.exporter import Exporter
-from kvldp.aggregator.state import AggregatorState, CheckpointMismatch
+from kvldp.aggregator.serving import ServingRole, cancel, every
+from kvldp.aggregator.state import CheckpointMismatch
 from kvldp.aggregator.statetopic import StateFollower, decode
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.common.collection import Collection
-from kvldp.common.control_record import is_interactive
-from kvldp.common.errors import KvldpError
-from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
+from kvldp.kafka.client_config import KafkaConfig
 from kvldp.web.security import HttpSecurity
 
 
-class MergedExporter:
+class MergedExporter(ServingRole):
     """Serves one collection's estimates from its workers' snapshots."""
 
     def __init__(
@@ -43,22 +41,11 @@ class MergedExporter:
         log: Callable[[str], None] = stderr_line,
         security: HttpSecurity | None = None,
     ) -> None:
-        if is_interactive(collection):
-            raise KvldpError(
-                f"collection {collection.name} is interactive ({collection.mechanism_name}): one aggregator "
-                "decides its rounds, so it runs with --role all"
-            )
-        self.collection = collection
-        self.kafka = as_kafka_config(kafka)
-        self.metrics_host = metrics_host
-        self.metrics_port = metrics_port
-        self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
-        self.log = log
-        self.security = security
-        self.state = AggregatorState(collection)
+        super().__init__(
+            collection, kafka, "exporter", metrics_host, metrics_port, refit_interval, log, security
+        )
         self.exporter = Exporter(collection, lambda: self.state)
         self.follower = StateFollower(collection, self.kafka)
-        self.bound_port: int | None = None
         self._refused: set[tuple[int, tuple[int, int]]] = set()
 
     async def run(self, stop: asyncio.Event, ready: Callable[[MergedExporter], None] | None = None) -> None:
@@ -73,22 +60,13 @@ class MergedExporter:
             await self.refresh()
             if ready is not None:
                 ready(self)
-            timer = asyncio.create_task(self._every(self.refit_interval), name="refit")
+            timer = asyncio.create_task(every(self.refit_interval, self.refresh), name="refit")
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait([follow, timer, waiter], return_when=asyncio.FIRST_COMPLETED)
-            for task in (follow, timer, waiter):
-                task.cancel()
-            for task in (follow, timer):
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel([follow, timer, waiter])
         finally:
             await follower.stop()
             await self.exporter.close()
-
-    async def _every(self, seconds: float) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            await self.refresh()
 
     async def refresh(self) -> None:
         """Load the changed snapshots into the merged state, then refit."""

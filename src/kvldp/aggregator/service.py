@@ -46,21 +46,21 @@ from kvldp.aggregator.exporter import Exporter
 from kvldp.aggregator.heap_trim import release_free_memory
 from kvldp.aggregator.ingest import plan, record_digest
 from kvldp.aggregator.ledgerkey import ledger_key
-from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
+from kvldp.aggregator.serving import ServingRole, cancel, every
+from kvldp.aggregator.state import CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import is_interactive
-from kvldp.common.errors import KvldpError
 from kvldp.common.wire import WireFormat
-from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
+from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
 from kvldp.web.security import HttpSecurity
 
 ROLES = ("all", "worker")
 
 
-class Aggregator:
+class Aggregator(ServingRole):
     """Consumes one collection's reports topic (all partitions, or a worker's share)."""
 
     def __init__(
@@ -78,29 +78,14 @@ class Aggregator:
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
-        if role != "all" and is_interactive(collection):
-            raise KvldpError(
-                f"collection {collection.name} is interactive ({collection.mechanism_name}): one aggregator "
-                "decides its rounds, so it runs with --role all"
-            )
-        self.collection = collection
-        #: where and how to connect; every client of this aggregator uses these settings
-        self.kafka = as_kafka_config(kafka)
-        self.metrics_host = metrics_host
-        self.metrics_port = metrics_port
-        self.role = role
+        super().__init__(collection, kafka, role, metrics_host, metrics_port, refit_interval, log, security)
         self.store = (
             CheckpointStore(state_dir, collection) if state_dir is not None and role == "all" else None
         )
         self.ledger_key = ledger_key(collection, state_dir, role)
-        self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
         self.checkpoint_interval = checkpoint_interval
-        self.log = log
-        self.security = security
         self.wire = WireFormat(collection)
-        self.state = AggregatorState(collection)
         self.exporter = Exporter(collection, lambda: self.state, self.lag)
-        self.bound_port: int | None = None
         self.snapshots: StateTopic | None = None
         self.follower: StateFollower | None = None
         self._dirty: set[int] = set()
@@ -144,10 +129,8 @@ class Aggregator:
             self._consumer.subscribe([self.collection.reports_topic], listener=_Rebalance(self))
             tasks += [
                 asyncio.create_task(self._consume(), name="consume"),
-                asyncio.create_task(
-                    self._every(self.checkpoint_interval, self.checkpoint), name="checkpoint"
-                ),
-                asyncio.create_task(self._every(self.refit_interval, self._housekeeping), name="refit"),
+                asyncio.create_task(every(self.checkpoint_interval, self.checkpoint), name="checkpoint"),
+                asyncio.create_task(every(self.refit_interval, self._housekeeping), name="refit"),
             ]
             await self._housekeeping()
             if ready is not None:
@@ -155,14 +138,7 @@ class Aggregator:
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
-            failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
-            for task in tasks:
-                task.cancel()
-            for task in tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-            if failed:
-                raise failed[0].exception()  # type: ignore[misc]
+            await cancel(tasks)  # a task that failed raises here
             self._dirty |= set(self.state.partitions)
             await self.checkpoint()
         finally:
@@ -179,13 +155,6 @@ class Aggregator:
             if self.control is not None:
                 await self.control.stop()
             await self.exporter.close()
-
-    async def _every(self, seconds: float, job: Callable[[], object]) -> None:
-        while True:
-            await asyncio.sleep(seconds)
-            result = job()
-            if asyncio.iscoroutine(result):
-                await result
 
     # ------------------------------------------------------------------ consuming
     async def _consume(self) -> None:
