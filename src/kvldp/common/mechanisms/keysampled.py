@@ -234,10 +234,15 @@ class KeySampledMechanism(Mechanism):
             diagnostics=diag,
         )
 
-    def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
+    def _linear(self, stats: Stats) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """The counts as floats, the closed-form states A (counts[j] / M_j) and those states
+        projected onto the simplex: what the estimators start from."""
         counts = stats.arrays["counts"].astype(np.float64)
         theta_hat = self._linear_states(counts)
-        projected = project_simplex(theta_hat)
+        return counts, theta_hat, project_simplex(theta_hat)
+
+    def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
+        counts, theta_hat, projected = self._linear(stats)
         if estimator == "unbiased":
             self._no_options(estimator, options)
             return self._result(estimator, stats, theta_hat, theta_hat, projected)
@@ -248,7 +253,7 @@ class KeySampledMechanism(Mechanism):
             return self._em_estimate(stats, counts, options)
         if estimator == "eb":
             return self._eb_estimate(stats, counts, theta_hat, options)
-        return self._extra_estimate(stats, estimator, counts, theta_hat, projected, options)
+        raise AssertionError(f"{self.name}: estimator {estimator} declared but not implemented")
 
     def _no_options(self, estimator: str, options: dict[str, Any]) -> None:
         if options:
@@ -321,17 +326,6 @@ class KeySampledMechanism(Mechanism):
             latent=em.latent,
             diagnostics=diag,
         )
-
-    def _extra_estimate(
-        self,
-        stats: Stats,
-        estimator: str,
-        counts: FloatArray,
-        theta_hat: FloatArray,
-        projected: FloatArray,
-        options: dict[str, Any],
-    ) -> Estimate:
-        raise AssertionError(f"{self.name}: estimator {estimator} declared but not implemented")
 
     # --------------------------------------------------------------- privacy
     def audit_model(self, exhaustive: bool) -> OutputModel:

@@ -126,21 +126,14 @@ class PrivKV(KeySampledMechanism):
     def claimed_epsilon(self) -> float:
         return max(self.eps2, self.eps1 + math.log(2.0 / (1.0 + math.exp(-self.eps2))))
 
-    def _extra_estimate(
-        self,
-        stats: Stats,
-        estimator: str,
-        counts: FloatArray,
-        theta_hat: FloatArray,
-        projected: FloatArray,
-        options: dict[str, Any],
-    ) -> Estimate:
+    def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
         if estimator == "paper":
             self._no_options(estimator, options)
-            return self._paper(stats, counts, theta_hat, projected)
+            return self._paper(stats, *self._linear(stats))
         if estimator == "em4":
+            counts, _, projected = self._linear(stats)
             return self._em4(stats, counts, projected, options)
-        return super()._extra_estimate(stats, estimator, counts, theta_hat, projected, options)
+        return super()._estimate(stats, estimator, options)
 
     def _paper(
         self, stats: Stats, counts: FloatArray, theta_hat: FloatArray, projected: FloatArray
