@@ -15,7 +15,7 @@ import itertools
 import numpy as np
 
 from kvldp.evaluation.advisor import advise
-from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row
+from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row, series_values
 from kvldp.sim.datasets import horigome_profile
 
 D = 50
@@ -150,14 +150,12 @@ def table5_cells(quick: bool) -> list[Cell]:
     return [c for p in panels for n in sizes for c in _cells(p, n, n, 2.0, repeats, TABLE5[p][n], True)]
 
 
-def _series(rows: list[Row], panel: str, series: str) -> dict[float, float]:
-    return {r["x"]: r["mse_frequency"] for r in rows if r["panel"] == panel and r["series"] == series}
-
-
 def claims4(rows: list[Row]) -> list[Claim]:
     out: list[Claim] = []
     for panel in dict.fromkeys(r["panel"] for r in rows):
-        em, kv, kvm = (_series(rows, panel, s) for s in ("EM (paper)", "PrivKV", "PrivKVM"))
+        em, kv, kvm = (
+            series_values(rows, panel, s, "mse_frequency") for s in ("EM (paper)", "PrivKV", "PrivKVM")
+        )
         wins = [x for x in em if em[x] < min(kv.get(x, np.inf), kvm.get(x, np.inf))]
         out.append(
             Claim(
@@ -183,7 +181,7 @@ def claims4(rows: list[Row]) -> list[Claim]:
 def claims5(rows: list[Row]) -> list[Claim]:
     out: list[Claim] = []
     for panel in dict.fromkeys(r["panel"] for r in rows):
-        em = _series(rows, panel, "EM (paper)")
+        em = series_values(rows, panel, "EM (paper)", "mse_frequency")
         xs = sorted(em)
         falling = all(em[a] > em[b] for a, b in itertools.pairwise(xs))
         out.append(

@@ -24,6 +24,11 @@ PRINTED = {"mse_frequency": "paper_mse_frequency", "mse_mean": "paper_mse_mean"}
 THEORY = {"mse_frequency": "predicted_mse_frequency", "mse_mean": "predicted_mse_mean"}
 
 
+def series_values(rows: list[Row], panel: str, series: str, column: str) -> dict[float, Any]:
+    """One series of one panel as x -> the value in ``column`` (what a claim compares)."""
+    return {r["x"]: r[column] for r in rows if r["panel"] == panel and r["series"] == series}
+
+
 @dataclass(frozen=True)
 class Cell:
     """One point of an experiment's grid: a panel, an x value and one series (mechanism, estimator,

@@ -11,7 +11,7 @@ priors fitted across the keys) on the same PCKV reports.
 from __future__ import annotations
 
 from kvldp.evaluation.advisor import advise
-from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row
+from kvldp.experiments.model import THEORY, Cell, Claim, Experiment, Metric, Row, series_values
 
 EPSILONS = (0.1, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0)
 PANELS = {"UU": "uniform", "GG": "gaussian_pckv"}
@@ -57,16 +57,12 @@ def cells(quick: bool) -> list[Cell]:
     return out
 
 
-def _col(rows: list[Row], panel: str, series: str, column: str) -> dict[float, float]:
-    return {r["x"]: r[column] for r in rows if r["panel"] == panel and r["series"] == series}
-
-
 def claims(rows: list[Row]) -> list[Claim]:
     out: list[Claim] = []
     for panel in dict.fromkeys(r["panel"] for r in rows):
         c1f, vf = (
-            _col(rows, panel, "PrivKVM (c=1)", "mse_frequency"),
-            _col(rows, panel, "PrivKVM (1r5v)", "mse_frequency"),
+            series_values(rows, panel, "PrivKVM (c=1)", "mse_frequency"),
+            series_values(rows, panel, "PrivKVM (1r5v)", "mse_frequency"),
         )
         same = [abs(c1f[x] / vf[x] - 1) < 0.2 for x in c1f if x in vf]
         out.append(
@@ -76,7 +72,7 @@ def claims(rows: list[Row]) -> list[Claim]:
                 f"within 20% at {sum(same)} of {len(same)} ε",
             )
         )
-        ue = _col(rows, panel, "PCKV-UE", "mse_frequency")
+        ue = series_values(rows, panel, "PCKV-UE", "mse_frequency")
         lower = [ue[x] < 0.5 * c1f[x] for x in ue if x in c1f and x >= 1]
         out.append(
             Claim(
@@ -85,7 +81,7 @@ def claims(rows: list[Row]) -> list[Claim]:
                 f"{sum(lower)} of {len(lower)} ε",
             )
         )
-        c1m = _col(rows, panel, "PrivKVM (c=1)", "mse_mean")
+        c1m = series_values(rows, panel, "PrivKVM (c=1)", "mse_mean")
         xs = sorted(x for x in c1m if x >= 1)
         if len(xs) >= 2:
             flat = c1m[xs[-1]] > 0.5 * c1m[xs[0]]
@@ -96,8 +92,8 @@ def claims(rows: list[Row]) -> list[Claim]:
                     f"MSE(m) {c1m[xs[0]]:.3g} at ε = {xs[0]:g}, {c1m[xs[-1]]:.3g} at ε = {xs[-1]:g}",
                 )
             )
-        vm = _col(rows, panel, "PrivKVM (1r5v)", "mse_mean")
-        uem = _col(rows, panel, "PCKV-UE", "mse_mean")
+        vm = series_values(rows, panel, "PrivKVM (1r5v)", "mse_mean")
+        uem = series_values(rows, panel, "PCKV-UE", "mse_mean")
         high = [x for x in vm if x >= 4 and x in c1m and x in uem]
         better = [vm[x] < c1m[x] and vm[x] > uem[x] for x in high]
         out.append(
@@ -116,10 +112,7 @@ def claims(rows: list[Row]) -> list[Claim]:
             )
         )
         for series in ("PCKV-UE", "PCKV-GRR"):
-            for column, theory in (
-                ("mse_frequency", "predicted_mse_frequency"),
-                ("mse_mean", "predicted_mse_mean"),
-            ):
+            for column, theory in THEORY.items():
                 pairs = [
                     (r["x"], r[column] / r[theory])
                     for r in rows

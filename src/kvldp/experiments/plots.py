@@ -5,11 +5,11 @@ without it the report says so and the CSV and Markdown are still written."""
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 
-from kvldp.experiments.model import PRINTED, Experiment, Row
+from kvldp.common.typed_fields import is_number
+from kvldp.experiments.model import PRINTED, THEORY, Experiment, Row
 
 
 def _slug(text: str) -> str:
@@ -35,33 +35,17 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
             continue
         fig, axes = plt.subplots(1, len(metrics), figsize=(4.2 * len(metrics), 3.3), squeeze=False)
         for ax, metric in zip(axes[0], metrics, strict=True):
-            printed_col = PRINTED.get(metric.column)
             for series in dict.fromkeys(r["series"] for r in mine):
-                pts = [
-                    (r["x"], r[metric.column] / metric.scale)
-                    for r in mine
-                    if r["series"] == series and _positive(r.get(metric.column))
-                ]
+                ours = [r for r in mine if r["series"] == series]
+                pts = _points(ours, metric.column, metric.scale)
                 if not pts:
                     continue
-                style = "-" if any(r["role"] == "paper" for r in mine if r["series"] == series) else "--"
+                style = "-" if any(r["role"] == "paper" for r in ours) else "--"
                 (line,) = ax.plot(*zip(*pts, strict=True), style, marker="o", ms=3, label=series)
-                printed = [
-                    (r["x"], r[printed_col] / metric.scale)
-                    for r in mine
-                    if r["series"] == series and printed_col and _positive(r.get(printed_col))
-                ]
+                printed = _points(ours, PRINTED.get(metric.column), metric.scale)
                 if printed:
                     ax.plot(*zip(*printed, strict=True), "s", mfc="none", color=line.get_color(), ms=6)
-                theory_col = {
-                    "mse_frequency": "predicted_mse_frequency",
-                    "mse_mean": "predicted_mse_mean",
-                }.get(metric.column)
-                theory = [
-                    (r["x"], r[theory_col] / metric.scale)
-                    for r in mine
-                    if r["series"] == series and theory_col and _positive(r.get(theory_col))
-                ]
+                theory = _points(ours, THEORY.get(metric.column), metric.scale)
                 if theory:
                     ax.plot(
                         *zip(*theory, strict=True), ":", color=line.get_color(), label=f"{series} (theory)"
@@ -87,7 +71,12 @@ def plot(experiment: Experiment, rows: list[Row], out: Path) -> tuple[list[Path]
 
 def _positive(value: object) -> bool:
     """Plottable on a log axis; NCR's zeros are dropped too (a rare all-miss repeat average)."""
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+    return is_number(value) and value > 0
+
+
+def _points(rows: list[Row], column: str | None, scale: float) -> list[tuple[float, float]]:
+    """(x, value / scale) of the rows whose ``column`` is plottable (none without a column)."""
+    return [(r["x"], r[column] / scale) for r in rows if column and _positive(r.get(column))]
 
 
 def _has_printed(rows: list[Row]) -> bool:

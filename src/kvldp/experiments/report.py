@@ -10,11 +10,11 @@ is one, and always against kvldp's own run of the paper's mechanisms.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvldp.common.typed_fields import is_number
 from kvldp.experiments.model import PRINTED, THEORY, Experiment, Metric, Row
 
 GOAL = 0.10  # kvldp's target: at least 10% lower MSE than the paper's best
@@ -42,22 +42,18 @@ class Duel:
         return None if self.paper_printed is None else 1.0 - self.kvldp / self.paper_printed
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value)
-
-
 def duels(rows: list[Row], metric: str) -> list[Duel]:
     """Best kvldp series vs the paper's best mechanism, per (panel, x), on ``metric``."""
     printed_col = PRINTED.get(metric)
     out: list[Duel] = []
     for panel, x in dict.fromkeys((r["panel"], r["x"]) for r in rows):
-        here = [r for r in rows if r["panel"] == panel and r["x"] == x and _finite(r.get(metric))]
+        here = [r for r in rows if r["panel"] == panel and r["x"] == x and is_number(r.get(metric))]
         paper = [r for r in here if r["role"] == "paper"]
         ours = [r for r in here if r["role"] == "kvldp"]
         if not paper or not ours:
             continue
         best_paper = min(paper, key=lambda r: r[metric])
-        printed = [r[printed_col] for r in paper if printed_col and _finite(r.get(printed_col))]
+        printed = [r[printed_col] for r in paper if printed_col and is_number(r.get(printed_col))]
         best_ours = min(ours, key=lambda r: r[metric])
         out.append(
             Duel(
@@ -75,7 +71,7 @@ def duels(rows: list[Row], metric: str) -> list[Duel]:
 
 
 def fmt(value: Any, scale: float = 1.0) -> str:
-    if not _finite(value):
+    if not is_number(value):
         return "—"
     v = value / scale
     return f"{v:.4g}" if abs(v) >= 1e-3 or v == 0 else f"{v:.3e}"
@@ -91,7 +87,9 @@ def _table(experiment: Experiment, rows: list[Row], panel: str, metric: Metric) 
     printed_col = PRINTED.get(metric.column)
     theory_col = THEORY.get(metric.column)
     with_theory = [
-        s for s in series if theory_col and any(_finite(r.get(theory_col)) for r in mine if r["series"] == s)
+        s
+        for s in series
+        if theory_col and any(is_number(r.get(theory_col)) for r in mine if r["series"] == s)
     ]
     head = [experiment.x_name] + series + [f"{s} (theory)" for s in with_theory]
     lines = [f"**{panel} — {metric.label}**", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -105,7 +103,12 @@ def _table(experiment: Experiment, rows: list[Row], panel: str, metric: Metric) 
                 continue
             ours = r.get(metric.column)
             printed = r.get(printed_col) if printed_col else None
-            if isinstance(printed, float) and isinstance(ours, float) and _finite(printed) and _finite(ours):
+            if (
+                isinstance(printed, float)
+                and isinstance(ours, float)
+                and is_number(printed)
+                and is_number(ours)
+            ):
                 cells.append(
                     f"{fmt(printed, metric.scale)} / {fmt(ours, metric.scale)} ({ours / printed:.2f})"
                 )
@@ -162,7 +165,7 @@ def markdown(experiment: Experiment, rows: list[Row], command: str, pngs: list[s
     ]
     for panel in dict.fromkeys(r["panel"] for r in rows):
         for metric in experiment.metrics:
-            if any(_finite(r.get(metric.column)) for r in rows if r["panel"] == panel):
+            if any(is_number(r.get(metric.column)) for r in rows if r["panel"] == panel):
                 out += _table(experiment, rows, panel, metric)
     found = [d for m in experiment.duel_metrics for d in duels(rows, m)]
     if found:

@@ -93,12 +93,6 @@ def fig1_cells(quick: bool) -> list[Cell]:
     return out
 
 
-def _by(rows: list[Row], series: str, column: str, panel: str | None = None) -> dict[float, float]:
-    return {
-        r["x"]: r[column] for r in rows if r["series"] == series and (panel is None or r["panel"] == panel)
-    }
-
-
 def fig1_claims(rows: list[Row]) -> list[Claim]:
     out: list[Claim] = []
     four = ("KVOH", "KVUE", "PrivKV", "PrivKV-A")
