@@ -60,9 +60,13 @@ def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:
         assert row["ratio"] == pytest.approx(row["seconds_large"] / row["seconds_small"])
 
 
-def test_memory_checkpoints_are_positive() -> None:
-    with pytest.raises(SystemExit):
+def test_memory_checkpoints_are_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
         main(["bench", "memory", "--reports", "0"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "kvldp bench memory: error: argument --reports: expected a positive integer, got 0\n"
+    )
 
 
 def test_rounds_streams_privkvm_live_and_matches_the_in_process_reference(

@@ -26,7 +26,7 @@ def test_user_data_rejects_bad_values_with_a_clear_message() -> None:
     with pytest.raises(InvalidUserData, match="twice"):
         KVData(3, np.array([0, 2]), np.array([1, 1]), np.array([0.0, 0.0]))
     mech = create("kvue", 3, 1.0)
-    with pytest.raises(InvalidUserData):
+    with pytest.raises(InvalidUserData, match=r"value -1.0001 for key 1 of user 0 is outside \[-1, 1\]"):
         mech.perturb({1: -1.0001}, np.random.default_rng(0))
 
 

@@ -10,7 +10,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,8 +25,9 @@ from kvldp.producer.collector import Collector
 from kvldp.sim import simulate
 from kvldp.sim.round_fleet import RoundFleet
 
+from support import run_kvldp
 from support.pipeline import start, wait_for
-from support.prometheus import finite, promql, start_prometheus
+from support.prometheus import promql, start_prometheus, wait_for_data
 
 pytestmark = pytest.mark.asyncio
 
@@ -55,13 +55,8 @@ def rounds_collection(name: str) -> Collection:
 
 
 def run_demo(toml: Path, users: int) -> subprocess.CompletedProcess[str]:
-    args = ["demo", "--collection", str(toml), "--users", str(users), "--metrics-port", "0"]
-    return subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    return run_kvldp(
+        "demo", "--collection", str(toml), "--users", str(users), "--metrics-port", "0", timeout=60
     )
 
 
@@ -140,20 +135,7 @@ async def test_round_panels_return_data_from_a_real_prometheus(
         )
         prom = start_prometheus(binary, config, tmp_path, port)
 
-        def scraped() -> bool:
-            try:
-                return bool(promql(port, f'kvldp_round_mean{{collection="{collection.name}"}}'))
-            except OSError:
-                return False
-
-        deadline = time.monotonic() + 60
-        while not await asyncio.to_thread(scraped):
-            assert prom.poll() is None and time.monotonic() < deadline, "Prometheus scraped the aggregator"
-            await asyncio.sleep(0.5)
-
-        for expr in round_panel_expressions(collection.name):
-            series = await asyncio.to_thread(promql, port, expr)
-            assert finite(series), f"no finite series for {expr}: {series}"
+        await wait_for_data(prom, port, round_panel_expressions(collection.name))
 
         async def values(expr: str) -> dict[str, float]:
             """The series of ``expr`` by their ``round`` label (or "" without one)."""

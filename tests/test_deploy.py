@@ -19,6 +19,7 @@ from kvldp import dashboard
 from kvldp.aggregator import exporter
 from kvldp.common.collection_file import load_collection
 
+from support import run
 from support.deploy import (
     COMPOSE,
     DEPLOY,
@@ -140,39 +141,24 @@ def test_grafana_provisioning_matches_the_dashboard() -> None:
 def test_the_dashboard_command_writes_where_it_is_told(tmp_path: Path) -> None:
     # --help only helps; --out writes that file; standard output otherwise; a path that
     # cannot be written is one line
-    helped = subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp.dashboard", "--help"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    def board(*args: str) -> subprocess.CompletedProcess[str]:
+        return run([sys.executable, "-P", "-m", "kvldp.dashboard", *args], cwd=tmp_path)
+
+    helped = board("--help")
     assert helped.returncode == 0 and "--out FILE" in helped.stdout and not list(tmp_path.iterdir())
     out = tmp_path / "board.json"
-    wrote = subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp.dashboard", "--out", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    wrote = board("--out", str(out))
     assert wrote.returncode == 0 and out.read_text() == dashboard.render()
-    printed = subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp.dashboard"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
+    printed = board()
+    assert (
+        printed.returncode == 0
+        and printed.stdout == dashboard.render()
+        and sorted(tmp_path.iterdir()) == [out]
     )
-    assert printed.stdout == dashboard.render() and sorted(tmp_path.iterdir()) == [out]
-    refused = subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp.dashboard", "--out", str(out / "x.json")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
+    refused = board("--out", str(out / "x.json"))
+    assert refused.returncode == 2 and refused.stderr == (
+        f"python -m kvldp.dashboard: error: cannot write {out / 'x.json'}: Not a directory\n"
     )
-    assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "cannot write" in refused.stderr
 
 
 def test_committed_dashboard_is_the_generated_one() -> None:

@@ -9,7 +9,6 @@ line naming the line."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import ssl
@@ -25,6 +24,7 @@ import pytest
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
 from kvldp.kafka.properties_file import parse_properties
 
+from support import run
 from support.deploy import (
     CERTS_SCRIPT,
     CLIENT_FILE,
@@ -44,7 +44,7 @@ def _make_certs(where: Path) -> dict[str, Path]:
     if shutil.which("openssl") is None:
         pytest.skip("no openssl command")
     broker, ca = where / "broker", where / "ca"
-    subprocess.run(["sh", str(CERTS_SCRIPT), str(broker), str(ca)], check=True, capture_output=True)
+    run(["sh", str(CERTS_SCRIPT), str(broker), str(ca)], check=True)
     return {"pem": broker / "broker.pem", "broker-ca": broker / "ca.crt", "ca": ca / "ca.crt"}
 
 
@@ -79,7 +79,7 @@ def test_certs_are_pem_files_kafka_reads_and_clients_trust(certs: dict[str, Path
     for path in certs.values():
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path  # the broker and uid 10001 read them
     made = {p: p.read_bytes() for p in certs.values()}
-    subprocess.run(["sh", str(CERTS_SCRIPT), str(certs["pem"].parent), str(certs["ca"].parent)], check=True)
+    run(["sh", str(CERTS_SCRIPT), str(certs["pem"].parent), str(certs["ca"].parent)], check=True)
     assert {p: p.read_bytes() for p in certs.values()} == made, "a restart keeps the CA clients trust"
 
 
@@ -175,23 +175,20 @@ def _run_start(
     configs = bin_dir / "kafka-configs.sh"
     configs.write_text(STUB_CONFIGS)
     configs.chmod(0o755)
-    run = tmp_path / "run"
-    run.write_text('#!/usr/bin/env bash\necho "image entrypoint started"\n')
-    run.chmod(0o755)
+    entrypoint = tmp_path / "run"
+    entrypoint.write_text('#!/usr/bin/env bash\necho "image entrypoint started"\n')
+    entrypoint.chmod(0o755)
     (tmp_path / "client.properties").write_bytes(client if isinstance(client, bytes) else client.encode())
     (tmp_path / "describe").write_text(describe)
     env = {
-        **os.environ,
         "KVLDP_CLIENT_CONFIG": str(tmp_path / "client.properties"),
         "KVLDP_KAFKA_BIN": str(bin_dir),
-        "KVLDP_KAFKA_RUN": str(run),
+        "KVLDP_KAFKA_RUN": str(entrypoint),
         "STUB_LOG": str(tmp_path / "log"),
         "STUB_DESCRIBE": str(tmp_path / "describe"),
         "STUB_CREDENTIAL": str(tmp_path / "credential.properties"),
     }
-    return subprocess.run(
-        ["bash", str(START_SCRIPT), *args], env=env, capture_output=True, text=True, timeout=60
-    )
+    return run(["bash", str(START_SCRIPT), *args], env=env, timeout=60)
 
 
 def _wait_for_log(path: Path, text: str) -> str:
@@ -254,7 +251,7 @@ def test_start_script_gives_javas_password_or_refuses_the_line(tmp_path: Path) -
             continue
         line, reason = rule.script_refuses
         message = f"kafka-start: {where / 'client.properties'}: line {line + SCRAM_USER_LINES}: "
-        assert result.returncode != 0, rule.name
+        assert result.returncode == 1, (rule.name, result.returncode)
         assert result.stderr.startswith(message) and reason in result.stderr, (rule.name, result.stderr)
         assert result.stderr.count("\n") == 1, (rule.name, result.stderr)
         assert "image entrypoint started" not in result.stdout
@@ -274,9 +271,9 @@ def test_start_script_health_check(tmp_path: Path) -> None:
     present = "SCRAM credential configs for user-principal 'kvldp' are SCRAM-SHA-512=iterations=8192\n"
     assert _run_start(tmp_path, client, "--check", describe=present).returncode == 0
     absent = "SCRAM credential configs for user-principal 'kvldp' are \n"
-    assert _run_start(tmp_path, client, "--check", describe=absent).returncode != 0
+    assert _run_start(tmp_path, client, "--check", describe=absent).returncode == 1
     other = "SCRAM credential configs for user-principal 'kvldp' are SCRAM-SHA-256=iterations=8192\n"
-    assert _run_start(tmp_path, client, "--check", describe=other).returncode != 0
+    assert _run_start(tmp_path, client, "--check", describe=other).returncode == 1
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
@@ -294,5 +291,6 @@ def test_start_script_refuses_a_client_file_the_broker_cannot_serve(
     client = CLIENT_FILE.read_text()
     assert change[0] in client
     result = _run_start(tmp_path, client.replace(*change))
-    assert result.returncode != 0 and message in result.stderr
+    assert result.returncode == 1 and result.stderr.startswith("kafka-start: ") and message in result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
     assert "image entrypoint started" not in result.stdout

@@ -13,8 +13,6 @@ import logging
 import math
 import os
 import stat
-import subprocess
-import sys
 import uuid
 from collections.abc import Coroutine
 from pathlib import Path
@@ -35,6 +33,8 @@ from kvldp.producer import Collector, PrivacyBudgetExhausted, ReportStatus
 from kvldp.producer.batching import BatchingRefused
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState
 from kvldp.sim.fleet import FleetSimulation, PeriodReport
+
+from support import record_and_fold, run_kvldp
 
 T = TypeVar("T")
 HOUR = 3600.0
@@ -411,12 +411,6 @@ def test_produce_periods_input_errors(
     assert out == "" and message in err and err.count("\n") == 1
 
 
-def kvldp(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-P", "-m", "kvldp", *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 def test_cli_fleet_over_periods_passes_the_aggregators_ledger(broker: EmbeddedBroker, tmp_path: Path) -> None:
     toml = tmp_path / "c.toml"
     toml.write_text(
@@ -426,26 +420,11 @@ def test_cli_fleet_over_periods_passes_the_aggregators_ledger(broker: EmbeddedBr
     bootstrap = ["--bootstrap-servers", broker.bootstrap_servers]
     truth = tmp_path / "truth.json"
     common = ["--collection", str(toml), "--simulate", "gaussian", "--users", "200", "--truth", str(truth)]
-    done = kvldp("produce", *common, "--periods", "3", "--churn", "0.25", *bootstrap)
+    done = run_kvldp("produce", *common, "--periods", "3", "--churn", "0.25", *bootstrap)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if line.startswith("period ")]
     assert len(lines) == 3 and "50 devices redrew their pairs" in lines[2]
     assert "epsilon spent per device: median 1, max " in done.stderr
     assert json.loads(truth.read_text())["users"] == 200
-    rec = tmp_path / "fleet.rec"
-    recorded = kvldp(
-        "record",
-        "--collection",
-        str(toml),
-        "--out",
-        str(rec),
-        "--from-beginning",
-        "--idle-timeout",
-        "1.5",
-        *bootstrap,
-    )
-    assert recorded.returncode == 0, recorded.stderr
-    folded = kvldp("aggregate", "--collection", str(toml), "--from-file", str(rec))
-    assert folded.returncode == 0, folded.stderr
-    payload = json.loads(folded.stdout)
+    payload = record_and_fold(toml, tmp_path / "fleet.rec", *bootstrap)
     assert payload["reports_total"] == 600 and payload["rejected"] == {}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from support import run
 from support.package import MODULES, PACKAGE, REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
@@ -43,9 +43,7 @@ def test_the_walk_sees_the_whole_package() -> None:
 
 # ------------------------------------------------------------------ one path per module
 def test_the_repository_tracks_no_symbolic_link() -> None:
-    listed = subprocess.run(
-        ["git", "ls-files", "--stage"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.splitlines()
+    listed = run(["git", "ls-files", "--stage"], cwd=REPO, check=True).stdout.splitlines()
     links = [line.split("\t", 1)[1] for line in listed if line.startswith("120000 ")]
     assert not links, links
     assert not [p for p in PACKAGE.rglob("*") if p.is_symlink()]
@@ -88,10 +86,8 @@ def test_no_module_is_importable_under_a_second_name_in_the_command() -> None:
     # interpreter's path, which `python -P` prints without adding the working directory
     script = Path(sys.executable).with_name("kvldp")
     code = "import json, sys; print(json.dumps(sys.path))"
-    run = subprocess.run(
-        [sys.executable, "-P", "-c", code], cwd=REPO, capture_output=True, text=True, check=True
-    )
-    entries = [str(script.parent), *json.loads(run.stdout)]
+    printed = run([sys.executable, "-P", "-c", code], cwd=REPO, check=True).stdout
+    entries = [str(script.parent), *json.loads(printed)]
     assert not second_names(entries)
     assert REPO not in [Path(e).resolve() for e in entries]
 
@@ -99,14 +95,10 @@ def test_no_module_is_importable_under_a_second_name_in_the_command() -> None:
 # ------------------------------------------------------------------ layers and circles
 def lint_imports(source: Path) -> subprocess.CompletedProcess[str]:
     """``lint-imports`` with the repository's contracts on the package under ``source/src``."""
-    return subprocess.run(
+    return run(
         [str(LINT_IMPORTS), "--no-cache", str(REPO / "pyproject.toml")],
         cwd=source,
-        env={**os.environ, "PYTHONPATH": str(source / "src")},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+        env={"PYTHONPATH": str(source / "src")},
     )
 
 
@@ -122,9 +114,9 @@ def add_import(copy: Path, module: str, statement: str) -> None:
 
 
 def test_the_contracts_hold(copy: Path) -> None:
-    run = lint_imports(copy)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert "3 kept, 0 broken" in run.stdout
+    linted = lint_imports(copy)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    assert "3 kept, 0 broken" in linted.stdout
 
 
 @pytest.mark.parametrize(
@@ -149,9 +141,9 @@ def test_each_contract_fails_when_its_rule_is_broken(
     copy: Path, module: str, statement: str, contract: str
 ) -> None:
     add_import(copy, module, statement)
-    run = lint_imports(copy)
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert f"{contract}" in run.stdout and "BROKEN" in run.stdout.split(contract, 1)[1].splitlines()[0]
+    linted = lint_imports(copy)
+    assert linted.returncode == 1, linted.stdout + linted.stderr
+    assert contract in linted.stdout and "BROKEN" in linted.stdout.split(contract, 1)[1].splitlines()[0]
 
 
 # ------------------------------------------------------------------ names

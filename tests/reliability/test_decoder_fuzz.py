@@ -4,7 +4,6 @@ count a message twice, or accept an invalid report."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,8 @@ from kvldp.common.collection_file import parse_collection
 from kvldp.common.mechanisms import names
 from kvldp.common.wire import REASONS, WireFormat
 from kvldp.reliability.hostile import ANY, HostileFactory
+
+from support import run
 
 NOW_MS = 1_800_000_000_000
 FUZZ_SECONDS = 20
@@ -137,16 +138,9 @@ def test_atheris_finds_nothing_in_bounded_time(tmp_path: Path) -> None:
             wire.encode_batch(batch, rids=np.arange(1, 4, dtype=np.uint64))
         )
     started = time.monotonic()
-    result = subprocess.run(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("fuzz_wire.py")),
-            f"-max_total_time={FUZZ_SECONDS}",
-            "-rss_limit_mb=3072",
-            str(corpus),
-        ],
-        capture_output=True,
-        text=True,
+    fuzzer = str(Path(__file__).with_name("fuzz_wire.py"))
+    result = run(
+        [sys.executable, fuzzer, f"-max_total_time={FUZZ_SECONDS}", "-rss_limit_mb=3072", str(corpus)],
         timeout=FUZZ_SECONDS + 120,
         cwd=tmp_path,
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -74,11 +76,13 @@ def run(
     env: Mapping[str, str] | None = None,
     unset: Sequence[str] = (),
     timeout: float = 120,
+    check: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``argv`` as a child process: output captured as text, the exit status kept (never
-    raised on); ``env`` adds variables to this process's environment, ``unset`` removes some."""
+    """``argv`` as a child process: output captured as text, the exit status kept; ``env``
+    adds variables to this process's environment, ``unset`` removes some. With ``check``
+    an exit status other than 0 fails the test, showing the end of the output."""
     environment = {k: v for k, v in os.environ.items() if k not in unset}
-    return subprocess.run(
+    done = subprocess.run(
         list(argv),
         cwd=cwd,
         env={**environment, **(env or {})},
@@ -87,6 +91,8 @@ def run(
         timeout=timeout,
         check=False,
     )
+    assert not check or done.returncode == 0, (list(argv), done.stdout[-3000:] + done.stderr[-3000:])
+    return done
 
 
 def run_kvldp(
@@ -99,6 +105,31 @@ def run_kvldp(
     """``kvldp ARGS`` as a user runs it (``python -P -m kvldp``, so the working directory
     stays off ``sys.path``), through :func:`run`."""
     return run([sys.executable, "-P", "-m", "kvldp", *args], cwd=cwd, env=env, unset=unset, timeout=timeout)
+
+
+def record_and_fold(
+    toml: Path, recording: Path, *kafka_args: str, env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """``kvldp record`` a collection's reports topic from its beginning into ``recording``
+    (until it has been idle for 1.5 s), then ``kvldp aggregate --from-file`` it: the
+    estimates' JSON. ``kafka_args`` and ``env`` say where the broker is."""
+    recorded = run_kvldp(
+        "record",
+        "--collection",
+        str(toml),
+        "--out",
+        str(recording),
+        "--from-beginning",
+        "--idle-timeout",
+        "1.5",
+        *kafka_args,
+        env=env,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    folded = run_kvldp("aggregate", "--collection", str(toml), "--from-file", str(recording))
+    assert folded.returncode == 0, folded.stderr
+    payload: dict[str, Any] = json.loads(folded.stdout)
+    return payload
 
 
 def random_ratings(path: Path, users: int, items: int, share: float, seed: int) -> int:

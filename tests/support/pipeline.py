@@ -1,5 +1,6 @@
-"""Helpers of the streaming tests: collections and waiting (metrics parsing and the replay
-oracle come from :mod:`kvldp.reliability`)."""
+"""Helpers of the streaming tests: collections, waiting, and reading an interactive
+collection's control topic by offset (metrics parsing and the replay oracle come from
+:mod:`kvldp.reliability`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,26 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import collection_toml as to_toml
 from kvldp.common.collection_file import parse_collection
+from kvldp.common.control_record import Control, InvalidControl, control_topic, decode_control
 from kvldp.reliability.oracle import replay_oracle as oracle
 from kvldp.reliability.processes import scrape
 
-__all__ = ["collection_toml", "eventually", "oracle", "scrape", "start", "unique_collection", "wait_for"]
+__all__ = [
+    "collection_toml",
+    "control_end",
+    "control_published",
+    "eventually",
+    "oracle",
+    "scrape",
+    "start",
+    "unique_collection",
+    "wait_for",
+]
 
 _counter = 0
 
@@ -82,3 +96,38 @@ async def eventually(fetch: Callable[[], Awaitable[bool]], timeout: float, what:
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         await asyncio.sleep(0.2)
+
+
+async def control_end(bootstrap: str, collection: Collection) -> int:
+    """The end offset of ``collection``'s control topic: the offset its next record gets."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(control_topic(collection), 0)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        await consumer.seek_to_end(tp)
+        return int(await consumer.position(tp))
+    finally:
+        await consumer.stop()
+
+
+async def control_published(bootstrap: str, collection: Collection, start: int, timeout: float) -> Control:
+    """The first valid control record of ``collection`` at offset ``start`` or later: one
+    published after ``start`` was taken as :func:`control_end`, never an older one that the
+    compacted topic still holds."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    tp = TopicPartition(control_topic(collection), 0)
+    deadline = time.monotonic() + timeout
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        while time.monotonic() < deadline:
+            for record in (await consumer.getmany(tp, timeout_ms=500)).get(tp, []):
+                try:
+                    return decode_control(collection, record.value)
+                except InvalidControl:
+                    continue
+    finally:
+        await consumer.stop()
+    raise AssertionError(f"no control record at offset {start} or later of {tp.topic} within {timeout}s")
