@@ -51,6 +51,11 @@ def git(*args: str, cwd: Path = REPO) -> str:
     return run(["git", *args], cwd=cwd, check=True).stdout
 
 
+def pip(command: str, *args: str) -> None:
+    """``pip COMMAND ARGS`` of this environment, quietly, without dependencies."""
+    run([sys.executable, "-m", "pip", command, "--quiet", "--no-deps", *args], timeout=600, check=True)
+
+
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clone with core.symlinks=false, at the working tree's state of tracked files."""
@@ -65,11 +70,7 @@ def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(out), str(clone)],
-        timeout=600,
-        check=True,
-    )
+    pip("wheel", "--wheel-dir", str(out), str(clone))
     (built,) = out.glob("kvldp-*.whl")
     return built
 
@@ -77,11 +78,7 @@ def wheel(clone: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("site")
-    run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target), str(wheel)],
-        timeout=600,
-        check=True,
-    )
+    pip("install", "--target", str(target), str(wheel))
     return target
 
 

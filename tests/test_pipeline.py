@@ -120,6 +120,23 @@ async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics
         assert second.state.window_stats(now)[name] == stats
 
 
+async def produce_file(
+    toml: Path, data: Path, broker: EmbeddedBroker, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``kvldp produce --from-csv data`` to the test broker."""
+    return await asyncio.to_thread(
+        run_kvldp,
+        "produce",
+        "--collection",
+        str(toml),
+        "--from-csv",
+        str(data),
+        "--bootstrap-servers",
+        broker.bootstrap_servers,
+        *args,
+    )
+
+
 async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp_path: Path) -> None:
     collection = unique_collection("kvue", 3)
     toml = collection_toml(collection, tmp_path / "c.toml")
@@ -127,18 +144,7 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
     rows = ["device,key,value"] + [f"d{i},k{i % 3},{(i % 11) * 0.9}" for i in range(300)]
     rows += [f"d{i},k{(i + 1) % 3},5" for i in range(299, 300)]
     csv.write_text("\n".join(rows) + "\n")
-    done = await asyncio.to_thread(
-        run_kvldp,
-        "produce",
-        "--collection",
-        str(toml),
-        "--from-csv",
-        str(csv),
-        "--bootstrap-servers",
-        broker.bootstrap_servers,
-        "--batch-size",
-        "50",
-    )
+    done = await produce_file(toml, csv, broker, "--batch-size", "50")
     assert done.returncode == 0, done.stderr
     payload = await asyncio.to_thread(
         record_and_fold, toml, tmp_path / "csv.rec", env={"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers}
@@ -158,16 +164,7 @@ async def test_cli_produce_ratings_file(broker: EmbeddedBroker, tmp_path: Path) 
     # user u holds two items, its rows apart: (u, items[u % 4]) first, (u, items[(u + 1) % 4]) later
     rows += [f"u{u}\t{items[(u + half) % 4]}\t{1 + u % 5}\t0" for half in (0, 1) for u in range(120)]
     ratings.write_text("\n".join(rows) + "\n")
-    done = await asyncio.to_thread(
-        run_kvldp,
-        "produce",
-        "--collection",
-        str(toml),
-        "--from-csv",
-        str(ratings),
-        "--bootstrap-servers",
-        broker.bootstrap_servers,
-    )
+    done = await produce_file(toml, ratings, broker)
     assert done.returncode == 0, done.stderr
     assert "published 120 reports" in done.stderr
 

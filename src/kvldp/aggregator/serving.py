@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 
-from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import is_interactive
@@ -23,18 +22,19 @@ from kvldp.web.security import HttpSecurity
 
 
 class ServingRole:
-    """One collection's settings and state in a process that serves its estimates."""
+    """One collection's settings and state in a process that serves its estimates (the
+    defaults of the settings are the subclasses' constructors')."""
 
     def __init__(
         self,
         collection: Collection,
         kafka: KafkaConfig | str,
         role: str,
-        metrics_host: str = "127.0.0.1",
-        metrics_port: int = 9108,
-        refit_interval: float | None = None,
-        log: Callable[[str], None] = stderr_line,
-        security: HttpSecurity | None = None,
+        metrics_host: str,
+        metrics_port: int,
+        refit_interval: float | None,
+        log: Callable[[str], None],
+        security: HttpSecurity | None,
     ) -> None:
         if role != "all" and is_interactive(collection):
             raise KvldpError(
