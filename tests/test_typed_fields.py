@@ -11,7 +11,7 @@ import pytest
 from kvldp.common.collection_fields import InvalidCollection, integer, positive_integer
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create
-from kvldp.common.mechanisms.base import InvalidParameter
+from kvldp.common.params import InvalidParameter
 from kvldp.common.privacy import InvalidPrivacy, parse_privacy
 from kvldp.common.typed_fields import boolean, expected, number, text, text_list
 from kvldp.common.typed_fields import integer as read_integer
