@@ -17,7 +17,6 @@ file itself is left out of the scan: it holds the patterns and the bad samples.
 from __future__ import annotations
 
 import re
-import subprocess
 from functools import cache
 
 import pytest
@@ -26,6 +25,7 @@ from mdit_py_plugins.anchors import anchors_plugin
 
 from kvldp.common.mechanisms import names
 
+from support import run
 from support.package import REPO
 
 DOC = "docs/mechanisms.md"
@@ -56,9 +56,7 @@ BREAK = re.compile(r"[ \t]*\n[ \t]*(?:#[ \t]+)?")
 
 def tracked_text_files() -> dict[str, str]:
     """Every file git tracks that is text (UTF-8 without NUL bytes), by its path."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True
-    ).stdout.decode()
+    listed = run(["git", "ls-files", "-z"], cwd=REPO, check=True).stdout
     files: dict[str, str] = {}
     for path in filter(None, listed.split("\0")):
         data = (REPO / path).read_bytes()

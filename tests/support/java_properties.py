@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from support import run
 
 SOURCE = Path(__file__).with_name("LoadProperties.java")
 #: kafka-configs.sh's reading of a SCRAM credential (ConfigCommand): the password is the rest
@@ -39,12 +40,9 @@ def java_reading(files: Sequence[bytes], where: Path) -> list[dict[str, str] | s
     for index, data in enumerate(files):
         (where / f"{index}.properties").write_bytes(data)
         names.append(f"{index}.properties")
-    run = subprocess.run(
-        [java, str(SOURCE.resolve()), *names], cwd=where, capture_output=True, text=True, timeout=300
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    lines = run.stdout.splitlines()
-    assert len(lines) == len(files), run.stdout[-3000:]
+    out = run([java, str(SOURCE.resolve()), *names], cwd=where, timeout=300, check=True).stdout
+    lines = out.splitlines()
+    assert len(lines) == len(files), out[-3000:]
     readings: list[dict[str, str] | str] = []
     for line in lines:
         reading = json.loads(line)
