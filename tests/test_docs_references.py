@@ -41,6 +41,7 @@ OUTSIDE = {
     "a folder outside the repository": re.compile(r"\bshared/"),
     "a private label of a source document": re.compile(r"\b[D][0-4]\b|\b[X][1-7]\b"),
     "a seed document": re.compile(r"\bseed (?:papers?|documents?|0\d\d)\b", re.IGNORECASE),
+    "a design document outside the repository": re.compile(r"\b(?:ARCHITECTURE|PRACTICES|DEVELOPERS)\b"),
 }
 #: a citation of the reference and its headings: "docs/mechanisms.md, *A*" (", *B*", "and *C*")
 HEADINGS = r"(\*[^*]+\*(?:\s*(?:,|and)\s*\*[^*]+\*)*)"
@@ -132,6 +133,7 @@ def citation_problems(path: str, text: str, known: set[str], anchors: set[str]) 
         ("from the authors' code [" + "X" + "1]", "from the PCKV authors' reference code"),
         ("Sun et al. (" + "seed " + "000)", "Sun et al. 2019"),
         ("the " + "spec" + "'s generator", "kvldp's generator"),
+        ("exactly once (" + "ARCHI" + "TECTURE, " + "PRAC" + "TICES)", "exactly once (docs/architecture.md)"),
     ],
 )
 def test_the_outside_checker_finds_each_kind(bad: str, good: str) -> None:

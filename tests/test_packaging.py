@@ -31,7 +31,18 @@ from support.package import MODULES, REPO
 pytestmark = pytest.mark.slow
 
 #: the clone's tests that run against the clone's own package
-CLONE_TESTS = ("tests/test_imports.py", "tests/test_wire.py", "tests/test_collection.py")
+CLONE_TESTS = (
+    "tests/test_imports.py",
+    "tests/test_wire.py",
+    "tests/test_collection.py",
+    "tests/test_cli.py",
+    "tests/test_kafka_config.py",
+    "tests/test_typed_fields.py",
+    "tests/test_atomic_file.py",
+    "tests/test_docstrings.py",
+    "tests/test_architecture_doc.py",
+    "tests/test_docs_references.py",
+)
 #: what importing the SDK must not load
 HEAVY = (
     "kvldp.aggregator",

@@ -1,6 +1,7 @@
 """Aggregator state keyed by input partition, and its atomic checkpoints.
 
-Exactly-once *effect* without Kafka transactions (ARCHITECTURE, PRACTICES):
+Exactly-once *effect* without Kafka transactions (``docs/reliability.md``, *Exactly-once
+statistics*):
 
 * every input partition owns ``PartitionState(next_offset, statistics, rejected
   counts)``; a record is folded only if its offset is at least ``next_offset``, which
