@@ -7,7 +7,8 @@ The repository is cloned with ``core.symlinks=false`` at the state of its tracke
 does not track is not in a clone either). The wheel is built from that clone the way a
 user builds it (``pip wheel``, isolated build), then installed into a directory of its
 own; the SDK checks run in a fresh interpreter that imports kvldp from that directory
-only. The clone's own tests of the package's layout and wire format run in the clone.
+only. Ten of the clone's own test files (layout, imports, wire format, collection files,
+the command line, Kafka settings, docs) run in the clone against its own package.
 """
 
 from __future__ import annotations
