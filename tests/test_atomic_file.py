@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kvldp.common.atomic_file import write_atomically
+from kvldp.common.atomic_file import create_once, write_atomically
 
 from support import run
 
@@ -76,3 +76,18 @@ def test_a_missing_directory_is_an_error_and_creates_nothing(tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError):
         write_atomically(tmp_path / "missing" / "state", b"data")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_create_once_keeps_the_first_content(tmp_path: Path) -> None:
+    path = tmp_path / "key"
+    assert create_once(path, b"first", mode=0o600)
+    assert not create_once(path, b"second")  # the name is taken: nothing is replaced
+    assert path.read_bytes() == b"first" and mode_of(path) == 0o600
+    assert [p.name for p in tmp_path.iterdir()] == ["key"]
+
+
+def test_create_once_leaves_no_name_when_it_fails(tmp_path: Path) -> None:
+    missing = tmp_path / "absent" / "key"
+    with pytest.raises(FileNotFoundError):
+        create_once(missing, b"secret")
+    assert not (tmp_path / "absent").exists()

@@ -9,8 +9,10 @@ import numpy as np
 import pytest
 
 from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.ledgerkey import ledger_key
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
 from kvldp.common.collection_file import parse_collection
+from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
 from kvldp.common.schema import row
 from kvldp.common.wire import WireFormat
@@ -89,3 +91,16 @@ def test_checkpoint_round_trip_and_mismatch(tmp_path: Path) -> None:
         CheckpointStore(tmp_path, other).load()
     assert CheckpointStore(tmp_path / "empty", c).load() is None
     assert [p.name for p in tmp_path.iterdir()] == ["st.checkpoint"]  # no temporary files left
+
+
+def test_the_ledger_key_is_created_once_and_an_empty_one_refused(tmp_path: Path) -> None:
+    collection = parse_collection(
+        {"name": "keyed", "mechanism": "kvue", "epsilon": 1.0, "key_count": 3, "value_range": [0.0, 1.0]}
+    )
+    first = ledger_key(collection, tmp_path)
+    assert len(first) == 32 and ledger_key(collection, tmp_path) == first  # kept, not redrawn
+    key_file = tmp_path / "keyed.ledger-key"
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    key_file.write_bytes(b"")  # what a power loss after an unsynced create could leave
+    with pytest.raises(KvldpError, match=r"ledger key file .* is empty"):
+        ledger_key(collection, tmp_path)

@@ -12,6 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
+from kvldp.common.atomic_file import create_once
 from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
 
@@ -20,7 +21,8 @@ LEDGER_KEY_ENV = "KVLDP_LEDGER_KEY"
 
 def ledger_key(collection: Collection, state_dir: str | Path | None, role: str = "all") -> bytes:
     """The secret of the budget ledger's keyed device hashes: ``$KVLDP_LEDGER_KEY``, else a
-    key kept next to the checkpoints (created once, mode 0600), else a per-process key
+    key kept next to the checkpoints (created once, durably, mode 0600; an empty file is
+    refused rather than taken as a new key), else a per-process key
     (the ledger then lives only as long as the in-memory state). Workers hand ledgers to
     each other, so with a budget they must share the key through the environment."""
     env = os.environ.get(LEDGER_KEY_ENV)
@@ -37,7 +39,11 @@ def ledger_key(collection: Collection, state_dir: str | Path | None, role: str =
     path = Path(state_dir) / f"{collection.name}.ledger-key"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as out:
-            out.write(secrets.token_bytes(32))
-    return path.read_bytes()
+        create_once(path, secrets.token_bytes(32))
+    key = path.read_bytes()
+    if not key:
+        raise KvldpError(
+            f"ledger key file {str(path)!r} is empty: restore it from a backup (the ledger's device "
+            "hashes were made with it), or delete it together with the checkpoints to start over"
+        )
+    return key

@@ -1,4 +1,4 @@
-"""Replacing a file atomically and durably, for the callers that keep state in one file.
+"""Writing a state file atomically and durably, for the callers that keep state in one file.
 
 The aggregator's checkpoint (:class:`kvldp.aggregator.state.CheckpointStore`) and a
 device's privacy state (:class:`kvldp.producer.device_state.DeviceState`) are each one
@@ -7,12 +7,19 @@ content or the new one. :func:`write_atomically` writes a temporary file in the 
 directory (created with the final mode, so a secret is never readable by others, even
 for an instant), fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the
 directory, so that the rename itself survives a power loss.
+
+A secret created once and kept for good (the aggregator's ledger key,
+:mod:`kvldp.aggregator.ledgerkey`) goes through :func:`create_once`: the same temporary
+file, linked to its name only if nothing holds that name yet, so that two processes
+starting at once keep the first one's secret and a crash never leaves the name empty.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -22,8 +29,32 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     The directory must exist. On any failure (an :class:`OSError` is raised as it is) the
     temporary file is removed and ``path`` keeps what it held before.
     """
-    directory = path.parent
-    tmp = directory / f".{path.name}.{uuid.uuid4().hex}.tmp"
+    with _synced_copy(path, data, mode) as tmp:
+        os.replace(tmp, path)
+    _sync_directory(path.parent)
+
+
+def create_once(path: Path, data: bytes, mode: int = 0o600) -> bool:
+    """Create ``path`` holding ``data`` (permissions ``mode``) unless something already
+    holds that name, atomically and durably; whether this call created it.
+
+    The directory must exist. Whatever happens, ``path`` is either absent or complete.
+    """
+    with _synced_copy(path, data, mode) as tmp:
+        try:
+            os.link(tmp, path)  # refused if the name exists: the first creator wins
+        except FileExistsError:
+            return False
+        finally:
+            tmp.unlink()
+    _sync_directory(path.parent)
+    return True
+
+
+@contextmanager
+def _synced_copy(path: Path, data: bytes, mode: int) -> Iterator[Path]:
+    """A temporary file beside ``path`` holding ``data`` on disk; removed if the body fails."""
+    tmp = path.parent / f".{path.name}.{uuid.uuid4().hex}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -31,10 +62,14 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
-        os.replace(tmp, path)
+        yield tmp
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _sync_directory(directory: Path) -> None:
+    """fsync a directory, so that a rename or link in it survives a power loss."""
     dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
