@@ -17,6 +17,9 @@ from numpy.typing import NDArray
 
 FloatArray = NDArray[np.float64]
 
+#: the two-sided 95% normal quantile of every exported interval
+Z95 = 1.959963984540054
+
 
 @dataclass(frozen=True)
 class Estimate:
@@ -35,6 +38,20 @@ class Estimate:
     n_reports: int
     latent: FloatArray | None = None
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
+    #: explicit (low, high) interval bounds where the interval is not estimate ± Z95·stderr
+    #: (a clipped or shrunk point estimate; docs/mechanisms.md, *Calibration of standard errors*)
+    frequency_bounds: tuple[FloatArray, FloatArray] | None = None
+    mean_bounds: tuple[FloatArray, FloatArray] | None = None
+
+    @property
+    def frequency_interval(self) -> tuple[FloatArray, FloatArray]:
+        """The 95% interval of each frequency: the explicit bounds, else estimate ± Z95·stderr."""
+        return _interval(self.frequency, self.frequency_stderr, self.frequency_bounds)
+
+    @property
+    def mean_interval(self) -> tuple[FloatArray, FloatArray]:
+        """The 95% interval of each mean: the explicit bounds, else estimate ± Z95·stderr."""
+        return _interval(self.mean, self.mean_stderr, self.mean_bounds)
 
     @property
     def frequency_clipped(self) -> FloatArray:
@@ -58,6 +75,14 @@ class Estimate:
             "mean_stderr": col(self.mean_stderr),
             "diagnostics": {k: _jsonable(v) for k, v in self.diagnostics.items()},
         }
+
+
+def _interval(
+    value: FloatArray, se: FloatArray, bounds: tuple[FloatArray, FloatArray] | None
+) -> tuple[FloatArray, FloatArray]:
+    if bounds is not None:
+        return bounds
+    return value - Z95 * se, value + Z95 * se
 
 
 def _jsonable(value: Any) -> Any:
