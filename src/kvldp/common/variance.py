@@ -23,6 +23,13 @@ def quad(u: FloatArray, cov: FloatArray) -> FloatArray:
     return np.asarray(np.einsum("gj,gjk,gk->g", ub, cov, ub), dtype=np.float64)
 
 
+def quad2(u: FloatArray, v: FloatArray, cov: FloatArray) -> FloatArray:
+    """u^T C v for a batch: the covariance of two linear forms (u, v are (J,) or (G, J))."""
+    ub = np.broadcast_to(u, cov.shape[:-1])
+    vb = np.broadcast_to(v, cov.shape[:-1])
+    return np.asarray(np.einsum("gj,gjk,gk->g", ub, cov, vb), dtype=np.float64)
+
+
 def ratio_variance(
     num: FloatArray, den: FloatArray, var_num: FloatArray, var_den: FloatArray, cov: FloatArray | float = 0.0
 ) -> FloatArray:

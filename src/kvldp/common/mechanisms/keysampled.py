@@ -36,6 +36,7 @@ import numpy as np
 
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
+from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
@@ -44,11 +45,13 @@ from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
-from kvldp.common.variance import quad, stderr
+from kvldp.common.variance import quad, quad2, stderr
 
 #: state codes (docs/mechanisms.md, *Primitives*): s = k*v + 1
 NEG, ABSENT, POS = 0, 1, 2
 F_ROW = np.array([1.0, 0.0, 1.0])
+#: theta_2 - theta_0, the numerator of a key's mean
+D_ROW = np.array([-1.0, 0.0, 1.0])
 
 
 def states_of(users: KVData, keys: IntArray, rng: np.random.Generator) -> IntArray:
@@ -183,9 +186,11 @@ class KeySampledMechanism(Mechanism):
         a[:, ABSENT] = -(free[:, 0] + free[:, 1])
         return a
 
-    def _standard_errors(
-        self, theta_plugin: FloatArray, theta_mean: FloatArray, reports: FloatArray, n: int, efficient: bool
-    ) -> tuple[FloatArray, FloatArray]:
+    def _state_covariance(
+        self, theta_plugin: FloatArray, reports: FloatArray, n: int, efficient: bool
+    ) -> FloatArray:
+        """Covariance (d, 3, 3) of the estimated states: the exact count covariance at the
+        plug-in states pushed through A (or the MLE's linear map when ``efficient``)."""
         safe = np.where(np.isfinite(theta_plugin), theta_plugin, 1.0 / 3.0)
         cov_c = self.count_covariance(safe, reports, n)
         if efficient:
@@ -193,12 +198,37 @@ class KeySampledMechanism(Mechanism):
         else:
             a = np.broadcast_to(self.linear_inverse(), (self.d, 3, self.n_symbols))
         with np.errstate(divide="ignore", invalid="ignore"):
-            cov_t = np.einsum("gij,gjk,glk->gil", a, cov_c, a) / (reports**2)[:, None, None]
+            return np.asarray(
+                np.einsum("gij,gjk,glk->gil", a, cov_c, a) / (reports**2)[:, None, None], dtype=np.float64
+            )
+
+    def _standard_errors(
+        self, theta_plugin: FloatArray, theta_mean: FloatArray, reports: FloatArray, n: int, efficient: bool
+    ) -> tuple[FloatArray, FloatArray]:
+        cov_t = self._state_covariance(theta_plugin, reports, n, efficient)
         var_f = quad(F_ROW, cov_t)
         grad = mean_gradient(theta_mean)
         var_m = np.einsum("gi,gij,gj->g", grad, cov_t, grad)
         none = reports <= 0
         return (np.where(none, np.nan, stderr(var_f)), np.where(none, np.nan, stderr(var_m)))
+
+    def _intervals(
+        self, counts: FloatArray, plugin: FloatArray, n: int
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+        """The inference basis of every estimator (docs/mechanisms.md, *Calibration of
+        standard errors*): the closed-form states and their covariance at the plug-in states.
+        Returns (the raw frequency's stderr, its clipped 95% bounds, the mean's Fieller
+        bounds, and whether the mean is estimable)."""
+        reports = counts.sum(axis=1)
+        raw = self._linear_states(counts)
+        cov = self._state_covariance(plugin, reports, n, efficient=False)
+        freq = raw[:, NEG] + raw[:, POS]
+        se = np.where(reports > 0, stderr(quad(F_ROW, cov)), np.nan)
+        f_lo, f_hi = clipped_interval(freq, se)
+        m_lo, m_hi, estimable = fieller_interval(
+            raw[:, POS] - raw[:, NEG], freq, quad(D_ROW, cov), quad(F_ROW, cov), quad2(D_ROW, F_ROW, cov)
+        )
+        return se, f_lo, f_hi, m_lo, m_hi, estimable
 
     def _result(
         self,
@@ -207,31 +237,51 @@ class KeySampledMechanism(Mechanism):
         theta_f: FloatArray,
         theta_m: FloatArray,
         plugin: FloatArray,
+        clipped: bool = True,
         efficient: bool = False,
         mean: FloatArray | None = None,
         diagnostics: dict[str, Any] | None = None,
         latent: FloatArray | None = None,
     ) -> Estimate:
+        """An estimate whose frequency is theta_f's and mean theta_m's (or ``mean``), with
+        intervals on the closed-form basis. ``clipped`` says the point frequency is a
+        clipped or projected one: its standard error is then the one its clipped interval
+        implies, else the analytic one of the raw frequency; ``efficient`` (the MLE) takes
+        the clipped interval around the point with the MLE's first-order standard error."""
         counts = stats.arrays["counts"].astype(np.float64)
         reports = counts.sum(axis=1)
-        freq = theta_f[:, NEG] + theta_f[:, POS]
-        m = self._mean_of(theta_m, reports) if mean is None else mean
-        f_se, m_se = self._standard_errors(plugin, theta_m, reports, stats.n_reports, efficient)
+        raw_se, f_lo, f_hi, m_lo, m_hi, estimable = self._intervals(counts, plugin, stats.n_reports)
+        freq = np.where(reports > 0, theta_f[:, NEG] + theta_f[:, POS], np.nan)
+        point_m = self._mean_of(theta_m, reports) if mean is None else mean
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.clip((theta_m[:, POS] - theta_m[:, NEG]) / (theta_m[:, NEG] + theta_m[:, POS]), -1, 1)
+        m = np.where(estimable, np.where(np.isfinite(point_m), point_m, ratio), np.nan)
         diag = {
             "keys_without_reports": int(np.sum(reports == 0)),
             "undefined_means": int(np.sum(np.isnan(m))),
+            "not_estimable_means": int(np.sum((reports > 0) & ~estimable)),
         }
         diag.update(diagnostics or {})
+        f_se = interval_stderr(f_lo, f_hi) if clipped else raw_se
+        m_se = interval_stderr(m_lo, m_hi)
+        if efficient:
+            cov = self._state_covariance(plugin, reports, stats.n_reports, efficient=True)
+            f_se = interval_stderr(*clipped_interval(freq, stderr(quad(F_ROW, cov))))
+            grad = mean_gradient(theta_m)
+            m_eff = stderr(np.einsum("gi,gij,gj->g", grad, cov, grad))
+            m_se = np.fmin(m_se, interval_stderr(*clipped_interval(m, m_eff, -1.0, 1.0)))
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
-            frequency=np.where(reports > 0, freq, np.nan),
+            frequency=freq,
             frequency_stderr=f_se,
             mean=m,
             mean_stderr=np.where(np.isnan(m), np.nan, m_se),
             n_reports=stats.n_reports,
             latent=latent,
             diagnostics=diag,
+            frequency_bounds=(f_lo, f_hi),
+            mean_bounds=(m_lo, m_hi),
         )
 
     def _linear(self, stats: Stats) -> tuple[FloatArray, FloatArray, FloatArray]:
@@ -245,7 +295,7 @@ class KeySampledMechanism(Mechanism):
         counts, theta_hat, projected = self._linear(stats)
         if estimator == "unbiased":
             self._no_options(estimator, options)
-            return self._result(estimator, stats, theta_hat, theta_hat, projected)
+            return self._result(estimator, stats, theta_hat, theta_hat, projected, clipped=False)
         if estimator == "normsub":
             self._no_options(estimator, options)
             return self._result(estimator, stats, projected, projected, projected)
@@ -314,7 +364,13 @@ class KeySampledMechanism(Mechanism):
             lambda fr, mu: self._variances_at(fr, mu, reports, n),
         )
         diag = dict(em.diagnostics)
-        diag.update(undefined_means=0, **prior_diagnostics(f, m))
+        diag.update(undefined_means=0, not_estimable_means=0, **prior_diagnostics(f, m))
+        # the intervals stay on the closed-form basis (a mean not estimable there spans
+        # the whole range), widened to hold the shrunk point where it falls outside
+        f_lo, f_hi = em.frequency_interval
+        m_lo, m_hi = em.mean_interval
+        m_lo = np.where(np.isnan(m_lo), -1.0, m_lo)
+        m_hi = np.where(np.isnan(m_hi), 1.0, m_hi)
         return Estimate(
             mechanism=self.name,
             estimator="eb",
@@ -325,6 +381,8 @@ class KeySampledMechanism(Mechanism):
             n_reports=n,
             latent=em.latent,
             diagnostics=diag,
+            frequency_bounds=(np.fmin(f_lo, f.value), np.fmax(f_hi, f.value)),
+            mean_bounds=(np.fmin(m_lo, m.value), np.fmax(m_hi, m.value)),
         )
 
     # --------------------------------------------------------------- privacy

@@ -38,7 +38,6 @@ from kvldp.common.mechanisms.registry import register
 from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray, disc, flip, rr_keep
 from kvldp.common.stats import Stats
-from kvldp.common.variance import ratio_variance, stderr
 
 KEY_FRACTION = Param(
     "key_fraction",
@@ -146,25 +145,14 @@ class PrivKV(KeySampledMechanism):
         n2 = np.clip(((p2 - 1) * big_n + m_1) / (2 * p2 - 1), 0, big_n)
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = np.where(big_n > 0, (n1 - n2) / big_n, np.nan)
-        est = self._result("paper", stats, theta_hat, theta_hat, projected, mean=mean)
-        # delta method for (M1 - M-1) / ((2p2-1)(M1 + M-1)) with the exact count covariance
-        reports = counts.sum(axis=1)
-        cov = self.count_covariance(
-            np.where(np.isfinite(projected), projected, 1 / 3), reports, stats.n_reports
-        )
-        a = np.array([-1.0, 0.0, 1.0]) / (2 * p2 - 1)
-        b = np.array([1.0, 0.0, 1.0])
-        num, den = counts @ a, counts @ b
-        var = ratio_variance(
-            num,
-            den,
-            np.einsum("j,gjk,k->g", a, cov, a),
-            np.einsum("j,gjk,k->g", b, cov, b),
-            np.einsum("j,gjk,k->g", a, cov, b),
-        )
+        est = self._result("paper", stats, theta_hat, theta_hat, projected, clipped=False, mean=mean)
+        # biased by design toward 0, by a factor that depends on the unknown f: no interval
+        # of this point estimate would cover (the unbiased estimator's does)
+        nan = np.full(self.d, np.nan)
         return replace(
             est,
-            mean_stderr=np.where(np.isnan(mean), np.nan, stderr(var)),
+            mean_stderr=nan,
+            mean_bounds=(nan, nan),
             diagnostics={**est.diagnostics, "mean_bias": "shrunk toward 0 by f p1/(f p1 + (1-f)(1-p1))"},
         )
 
@@ -194,4 +182,5 @@ class PrivKV(KeySampledMechanism):
             },
         )
         # the published four-state model does not identify the mean: no honest standard error
-        return replace(est, mean_stderr=np.full(self.d, np.nan))
+        nan = np.full(self.d, np.nan)
+        return replace(est, mean_stderr=nan, mean_bounds=(nan, nan))
