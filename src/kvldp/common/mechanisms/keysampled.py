@@ -33,6 +33,7 @@ import abc
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
@@ -214,7 +215,7 @@ class KeySampledMechanism(Mechanism):
 
     def _intervals(
         self, counts: FloatArray, plugin: FloatArray, n: int
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]:
         """The inference basis of every estimator (docs/mechanisms.md, *Calibration of
         standard errors*): the closed-form states and their covariance at the plug-in states.
         Returns (the raw frequency's stderr, its clipped 95% bounds, the mean's Fieller
