@@ -1,4 +1,5 @@
-"""PCKV's padded share: how many reports sampled a padding (dummy) slot, estimated from the counts.
+"""PCKV's padded share: how many reports sampled a padding (dummy) slot, estimated from the counts
+(docs/mechanisms.md, *PCKV padded share*).
 
 Padding-and-Sampling (:mod:`~kvldp.common.mechanisms.padding`) makes a device holding s
 pairs sample a dummy key with probability pi_s = max(ell - s, 0) / max(s, ell): 1 - s/ell
