@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from kvldp.common.mechanisms import create
-from kvldp.evaluation.advisor import CANDIDATES, advise, reference_population
+from kvldp.evaluation.advisor import CANDIDATES, advise, named_population, reference_population
 from kvldp.evaluation.prediction import DRAWS, clipped_normal_mse, predict, predict_by_draws
 from kvldp.evaluation.scoring import evaluate
 from kvldp.experiments import EXPERIMENTS
@@ -261,3 +261,19 @@ def test_advise_ranks_on_a_named_population() -> None:
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--dataset nope" in bad.stderr
     none = run_kvldp("advise", "--keys", "100", "--epsilon", "2", timeout=60)
     assert none.returncode == 2 and "--keys-per-device is required without --dataset" in none.stderr
+
+
+def test_advice_says_which_ell_and_why_from_the_pairs_per_device() -> None:
+    """On a population of 1 to 3 pairs per device the explanation names the pairs per
+    device and the share of devices the chosen ell truncates (none when it covers them)."""
+    sizes = named_population("gaussian", 3, 50_000).sizes
+    held = f"devices hold {sizes.mean():.3g} pairs on average, {sizes.max()} at most"
+    for advice in advise(3, 2.0, None, 50_000, dataset="gaussian"):
+        if not advice.mechanism.startswith("pckv"):
+            continue
+        ell = advice.params["ell"]
+        assert f"ell={ell}" in advice.why and held in advice.why
+        if ell < sizes.max():
+            assert f"{np.mean(sizes > ell):.1%} of devices hold more than ell" in advice.why
+        else:
+            assert "covers every device's pairs" in advice.why

@@ -278,6 +278,80 @@ def test_warning_without_state_path_only_where_there_is_something_to_remember(
     assert len(caplog.records) == 1 and "forgets" in caplog.records[0].getMessage()
 
 
+def truncations(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The truncation warnings logged so far."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if "more than ell" in r.getMessage() or "than ell=" in r.getMessage()
+    ]
+
+
+def test_truncation_warned_once_per_device(caplog: pytest.LogCaptureFixture) -> None:
+    """PCKV at ell = 1: a device holding two pairs is warned once, whatever it sends next;
+    another device once too; devices within ell, and other mechanisms, never."""
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
+        s = sdk(collection(None), FakeProducer())
+        run(s.report({"a": 1.0}))
+        assert truncations(caplog) == []
+        run(s.report({"a": 1.0, "b": 2.0}))
+        run(s.report({"a": 1.0, "b": 2.0, "c": 3.0}))
+        run(s.report({"a": 1.0, "b": 2.0}, device_id="tablet"))
+        run(s.report({"a": 1.0, "b": 2.0}, device_id="tablet"))
+        covered = parse_collection(
+            {
+                "name": "wide",
+                "mechanism": "pckv_ue",
+                "epsilon": 1.0,
+                "keys": ["a", "b"],
+                "value_range": [0.0, 10.0],
+                "params": {"ell": 2},
+            }
+        )
+        run(sdk(covered, FakeProducer()).report({"a": 1.0, "b": 2.0}))
+        run(sdk(collection(None, mechanism="kvue"), FakeProducer()).report({"a": 1.0, "b": 2.0}))
+    messages = truncations(caplog)
+    assert len(messages) == 2, messages
+    assert "device phone holds 2 pairs, more than ell=1" in messages[0]
+    assert "device tablet holds 2 pairs" in messages[1]
+    assert all("raise ell" in m and "kvldp advise" in m and "\n" not in m for m in messages)
+
+
+def test_truncation_warning_of_a_gateway_block_names_a_few(caplog: pytest.LogCaptureFixture) -> None:
+    devices = [{"a": 1.0, "b": 2.0, "c": 3.0}] * 8 + [{"d": 1.0}] * 3
+    ids = [f"till-{i}" for i in range(len(devices))]
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
+        s = sdk(collection(None), FakeProducer())
+        run(s.report_many(devices, ids, batch_size=4))
+        run(s.report_many(devices, ids, batch_size=4))
+    messages = truncations(caplog)
+    assert len(messages) == 1, messages
+    assert "8 devices hold more pairs than ell=1 (till-0: 3 pairs" in messages[0]
+    assert "till-4: 3 pairs, and 3 more)" in messages[0] and "till-8" not in messages[0]
+
+
+@pytest.mark.parametrize("memoize", [True, False])
+def test_truncation_warning_follows_the_device_state(
+    memoize: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A memoized re-send is the stored report: no warning, not even after a restart; a
+    new report after a restart warns once more (the warning is not part of the state file)."""
+    c = collection({"memoize": memoize, "lifetime_epsilon": 100.0})
+    path = tmp_path / "phone.state"
+    pairs = {"a": 1.0, "b": 2.0}
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
+        s = sdk(c, FakeProducer(), state_path=path)
+        assert run(s.report(pairs)) is ReportStatus.SENT
+        assert run(s.report(pairs)) is (ReportStatus.RESENT if memoize else ReportStatus.SENT)
+        assert len(truncations(caplog)) == 1
+        restarted = sdk(c, FakeProducer(), state_path=path)
+        assert run(restarted.report(pairs)) is (ReportStatus.RESENT if memoize else ReportStatus.SENT)
+        assert len(truncations(caplog)) == (1 if memoize else 2)
+        run(restarted.report({"a": 1.0, "b": 2.0, "c": 3.0}))
+        run(restarted.report({"a": 1.0, "b": 2.5, "c": 3.0}))
+    assert len(truncations(caplog)) == 2
+
+
 def test_alpha_rounding_is_unbiased() -> None:
     devices = 4000
     keys = np.arange(4)

@@ -20,6 +20,7 @@ from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.kvdata import KVData
+from kvldp.common.mechanisms.padding import slot_weights
 from kvldp.producer.collector import Collector
 from kvldp.reliability.processes import Samples
 from kvldp.sim import simulate
@@ -87,6 +88,27 @@ async def test_end_to_end_estimates_within_five_standard_errors(
     assert ("kvldp_last_refit_timestamp_seconds", labels()) in samples
     assert ("kvldp_em_iterations", labels(window="all")) in samples
     assert samples[("kvldp_refit_duration_seconds_count", labels())] >= 1
+    assert not any(name.startswith("kvldp_pckv_") for name, _ in samples)  # PCKV's only
+
+
+async def test_pckv_padded_share_exported_within_four_standard_errors(broker: EmbeddedBroker) -> None:
+    """A PCKV collection with ell = 3 on devices holding 0 to 6 pairs: the exported padded
+    share is within 4 standard errors of the devices' mean padding probability, in every
+    window, and the bound on devices holding ell pairs or more covers their share."""
+    collection = unique_collection("pckv_ue", 6, params={"ell": 3})
+    users = simulate.simulate(collection, "gaussian", 20_000, seed=17)
+    w_pad = slot_weights(users, 3)[1]
+    assert 0.05 < w_pad.mean() < 0.95 and np.any(users.sizes > 3)
+    samples = await publish_and_scrape(broker, collection, users, seed=17, batch_size=50)
+    for window in ("5m", "all"):
+        lab = tuple(sorted({"collection": collection.name, "window": window}.items()))
+        share, se = (
+            samples[("kvldp_pckv_padded_share", lab)],
+            samples[("kvldp_pckv_padded_share_stderr", lab)],
+        )
+        assert 0 < se < 0.05
+        assert abs(share - w_pad.mean()) <= 4 * se, (window, share, w_pad.mean(), se)
+        assert np.mean(users.sizes >= 3) <= samples[("kvldp_pckv_unpadded_share_upper", lab)] < 1
 
 
 async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics(

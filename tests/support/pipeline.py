@@ -35,10 +35,14 @@ _counter = 0
 
 
 def unique_collection(
-    mechanism: str = "kvue", d: int = 6, privacy: dict[str, Any] | None = None, **aggregate: Any
+    mechanism: str = "kvue",
+    d: int = 6,
+    privacy: dict[str, Any] | None = None,
+    params: dict[str, Any] | None = None,
+    **aggregate: Any,
 ) -> Collection:
     """A collection with a name no other test uses (topics and consumer groups are per name),
-    with an optional ``[privacy]`` table."""
+    with an optional ``[privacy]`` table and mechanism ``params``."""
     global _counter
     _counter += 1
     table: dict[str, Any] = {
@@ -54,6 +58,7 @@ def unique_collection(
             **aggregate,
         },
         **({"privacy": privacy} if privacy else {}),
+        **({"params": params} if params else {}),
     }
     return parse_collection(table)
 

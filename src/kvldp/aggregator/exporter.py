@@ -22,6 +22,12 @@ Metric names and labels are a contract:
   ``kvldp_round_mean{collection,key,round}`` (the means m^(r) published when round r
   closed, in the collection's units); their estimates use the closed rounds only (round 1
   while it is the open one), and their devices' spent epsilon sums the rounds' costs;
+* PCKV collections: ``kvldp_pckv_padded_share{collection,window}`` and
+  ``kvldp_pckv_padded_share_stderr`` — the share of reports whose device sampled a
+  padding slot (unbiased, may leave [0, 1]) — and ``kvldp_pckv_unpadded_share_upper``,
+  a 95% upper bound on the share of devices holding ``ell`` pairs or more, which PCKV
+  under-counts when they hold more (1: padding not detected, every device may);
+  :mod:`kvldp.common.mechanisms.pckv_padded`;
 * ``kvldp_refit_duration_seconds{collection}`` (histogram),
   ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``.
 
@@ -54,6 +60,7 @@ from kvldp.aggregator.refit import Snapshot, condition_label, refit
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism
+from kvldp.common.mechanisms.pckv import PCKV
 from kvldp.common.wire import REASONS
 from kvldp.web.limits import Limits
 from kvldp.web.security import HttpSecurity
@@ -220,6 +227,18 @@ class SnapshotCollector(PromCollector):
         iterations = GaugeMetricFamily(
             "kvldp_em_iterations", "EM iterations of the last refit.", labels=["collection", "window"]
         )
+        padded = {
+            key: GaugeMetricFamily(f"kvldp_pckv_{key}", doc, labels=["collection", "window"])
+            for key, doc in (
+                ("padded_share", "Estimated share of reports whose device sampled a padding (dummy) slot."),
+                ("padded_share_stderr", "Standard error of kvldp_pckv_padded_share."),
+                (
+                    "unpadded_share_upper",
+                    "95% upper bound on the share of devices holding ell pairs or more "
+                    "(1: padding not detected; PCKV under-counts devices holding more than ell).",
+                ),
+            )
+        }
         c = self.collection
         for window, fit in snap.fits.items():
             for est, e in fit.estimates.items():
@@ -249,9 +268,19 @@ class SnapshotCollector(PromCollector):
             its = snap.em_iterations(window)
             if its is not None:
                 iterations.add_metric([name, window], float(its))
+            share = fit.padded
+            if share is not None and np.isfinite(share.estimate):
+                for key, value in (
+                    ("padded_share", share.estimate),
+                    ("padded_share_stderr", share.stderr),
+                    ("unpadded_share_upper", share.unpadded_upper),
+                ):
+                    padded[key].add_metric([name, window], value)
         yield from families.values()
         yield from conditional.values()
         yield iterations
+        if isinstance(c.mechanism, PCKV):
+            yield from padded.values()
         last = GaugeMetricFamily(
             "kvldp_last_refit_timestamp_seconds", "Unix time of the last refit.", labels=["collection"]
         )

@@ -19,18 +19,22 @@ from kvldp.common.collection import Collection
 from kvldp.common.conditional import ConditionalEstimate, ConditionalQuery
 from kvldp.common.estimate import Estimate
 from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.common.mechanisms.pckv import PCKV
+from kvldp.common.mechanisms.pckv_padded import PaddedShare
 from kvldp.common.stats import Stats
 
 
 @dataclass(frozen=True)
 class WindowFit:
-    """Every configured estimator's estimate for one window, and the conditional queries'
-    answers per estimator (joint-state mechanisms with ``aggregate.conditions``)."""
+    """Every configured estimator's estimate for one window, the conditional queries'
+    answers per estimator (joint-state mechanisms with ``aggregate.conditions``), and
+    PCKV's padded share (PCKV collections)."""
 
     window: str
     n_reports: int
     estimates: dict[str, Estimate]
     conditionals: dict[str, list[ConditionalEstimate]] = field(default_factory=dict)
+    padded: PaddedShare | None = None
 
 
 def condition_label(query: ConditionalQuery, keys: tuple[str, ...]) -> str:
@@ -122,5 +126,6 @@ def refit(
         conditionals: dict[str, list[ConditionalEstimate]] = {}
         if queries and isinstance(mech, JointStateMechanism):
             conditionals = {est: mech.conditional_many(stats, queries, est) for est in estimates}
-        fits[name] = WindowFit(name, stats.n_reports, estimates, conditionals)
+        padded = mech.padded_share(stats) if isinstance(mech, PCKV) else None
+        fits[name] = WindowFit(name, stats.n_reports, estimates, conditionals, padded)
     return Snapshot(collection, time.time(), time.perf_counter() - started, fits)

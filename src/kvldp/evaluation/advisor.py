@@ -22,7 +22,9 @@ rare keys are nonlinear (undefined means, the prior fitted across the keys), and
 KVUE's empirical Bayes, the estimator itself run on draws of the counts
 (:func:`kvldp.evaluation.prediction.predict_by_draws`).
 PCKV's padding length ell is chosen per mechanism by the analytic prediction, over 1..L
-(a geometric grid when L is large), and both PCKV estimators are then scored at it.
+(a geometric grid when L is large), and both PCKV estimators are then scored at it; the
+explanation names the population's pairs per device and the share of devices the chosen
+ell truncates.
 
 ``kvue_multi`` (t sampled keys per report) is ranked on the reference population for the
 frequency objective only, on a named one for every objective (see ``FREQUENCY_CANDIDATES``). Its t is chosen by the same prediction, over t = 1, 2, ...
@@ -49,6 +51,7 @@ from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.kvue_multi import T_MAX
 from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
+from kvldp.common.primitives import IntArray
 from kvldp.evaluation.prediction import Prediction, predict, predict_by_draws
 from kvldp.sim import datasets
 
@@ -255,7 +258,7 @@ def advise(
             found.append(_score(c, dict(c.params), keys, epsilon, pop, scale))
     found.sort(key=lambda a: a.objective(objective))
     best = found[0].objective(objective)
-    return [_explain(a, objective, best, keys_per_device) for a in found]
+    return [_explain(a, objective, best, keys_per_device, pop.sizes) for a in found]
 
 
 def _description(a: Advice) -> str:
@@ -263,14 +266,22 @@ def _description(a: Advice) -> str:
     return next(c.description for c in every if (c.mechanism, c.estimator) == (a.mechanism, a.estimator))
 
 
-def _explain(a: Advice, objective: str, best: float, keys_per_device: int) -> Advice:
+def _explain(a: Advice, objective: str, best: float, keys_per_device: int, sizes: IntArray) -> Advice:
     text = _description(a)
     if "ell" in a.params:
         ell = a.params["ell"]
-        if ell < keys_per_device:
-            text += f"; ell={ell} < {keys_per_device} keys per device trades {a.bias_share_frequency:.0%} of MSE_f as padding bias for lower variance"
+        held = (
+            f"devices hold {float(np.mean(sizes)):.3g} pairs on average, {int(sizes.max(initial=0))} at most"
+        )
+        truncated = float(np.mean(sizes > ell))
+        if truncated > 0:
+            text += (
+                f"; ell={ell} of 1..{keys_per_device} ({held}): {truncated:.1%} of devices hold more "
+                f"than ell and are under-counted, which trades {a.bias_share_frequency:.0%} of MSE_f "
+                "as padding bias for lower variance"
+            )
         else:
-            text += f"; ell={ell} covers every key of a device (no padding bias)"
+            text += f"; ell={ell} covers every device's pairs ({held}; no padding bias)"
     if "t" in a.params:
         text += f"; t={a.params['t']} keys per report"
     ratio = a.objective(objective) / best if best > 0 else 1.0

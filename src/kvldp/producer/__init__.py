@@ -7,7 +7,8 @@
 report locally (raw values never leave the device), keeps the device's privacy state and
 publishes to Kafka. The package holds what runs on a device and nothing else: the
 collector, the device's privacy state, the SDK's input pairs and its rule on packing
-reports, and the follower of an interactive collection's rounds. Importing it loads the
+reports, its warning when PCKV's ``ell`` truncates a device's pairs, and the follower of
+an interactive collection's rounds. Importing it loads the
 SDK only: not the aggregator, the simulations, the experiments or the benchmarks.
 """
 

@@ -77,6 +77,7 @@ from kvldp.producer.device_state import (
     tracks_privacy,
 )
 from kvldp.producer.pairs import device_key, users_from_pairs
+from kvldp.producer.truncation import TruncationWarner
 
 #: sends in flight before the SDK waits for acknowledgements (bounds memory)
 MAX_IN_FLIGHT = 2000
@@ -104,7 +105,8 @@ class Collector:
     a ``[privacy]`` table the first report logs a warning (logger ``kvldp.producer``) that
     spending is not remembered across restarts. Collections without the table have
     nothing to enforce and log nothing (this device's reports are still counted for
-    :meth:`privacy_spent`). The states of other device ids a gateway or simulator reports
+    :meth:`privacy_spent`). For a PCKV collection, a device holding more pairs than the
+    collection's ``ell`` is warned about once (:mod:`kvldp.producer.truncation`). The states of other device ids a gateway or simulator reports
     for live in memory only, for the life of this collector. ``clock`` gives report times
     in seconds since the epoch.
     """
@@ -148,6 +150,8 @@ class Collector:
         self.fleet = Fleet(self.collection)
         self._tracked = tracks_privacy(self.collection)
         self._warn_unsaved = self._tracked and state_path is None
+        #: warns once per device whose pairs PCKV's ell truncates
+        self.truncation = TruncationWarner(self.collection, logger)
         self.acks = acks
         self._producer = producer or AIOKafkaProducer(
             **self.kafka.client_options(client_id),
@@ -342,6 +346,7 @@ class Collector:
                 summary.add(await self._publish_tracked(block, ids, per_message))
             else:
                 self._charge_own(ids)
+                self.truncation.check(block.sizes, ids)
                 batch = self.collection.mechanism.perturb_many(block, self.rng)
                 await self._publish_batch(batch, ids, per_message, self._now_ms())
                 summary.sent += block.n_users
@@ -396,6 +401,7 @@ class Collector:
         keep: list[int] = []
         if self.collection.privacy.memoize:
             reports = []
+            derived: list[int] = []  # new reports; a re-send is the stored one
             for u, device in enumerate(device_ids):
                 lo, hi = int(block.indptr[u]), int(block.indptr[u + 1])
                 status, report = self._state_of(device).memoized(
@@ -405,6 +411,9 @@ class Collector:
                 if report is not None:
                     reports.append(report)
                     keep.append(u)
+                if status is ReportStatus.SENT:
+                    derived.append(u)
+            self.truncation.check(block.sizes[derived], [device_ids[u] for u in derived])
             if not keep:
                 return summary
             batch = from_rows(reports, self.wire.fields)
@@ -416,6 +425,7 @@ class Collector:
                     keep.append(u)
             if not keep:
                 return summary
+            self.truncation.check(block.sizes[keep], [device_ids[u] for u in keep])
             batch = self.collection.mechanism.perturb_many(block, self.rng)
             if len(keep) < block.n_users:
                 rows = np.asarray(keep)

@@ -4,7 +4,9 @@ The mechanism classes: configuration, the client, the statistics its reports fol
 and the exact audit. The estimators and their standard errors are in
 :mod:`~kvldp.common.mechanisms.pckv_estimate` (:class:`PCKV` inherits them); the split of
 epsilon into (eps1, eps2), the probabilities it gives and the privacy theorems are in
-:mod:`~kvldp.common.mechanisms.pckv_budget`.
+:mod:`~kvldp.common.mechanisms.pckv_budget`; the share of reports that sampled a dummy
+slot, which tells whether ell covers the devices' pairs, in
+:mod:`~kvldp.common.mechanisms.pckv_padded`.
 
 Client. Each device pads its set S with ell *distinct* dummy keys d..d+ell-1 and samples
 one pair (Alg. 1, in the equivalent form of the authors' reference code: with probability
@@ -53,6 +55,7 @@ from kvldp.common.mechanisms.pckv_budget import (
     utility_gh,
 )
 from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
+from kvldp.common.mechanisms.pckv_padded import PaddedShare, padded_share
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
 from kvldp.common.params import InvalidParameter, Param
@@ -140,6 +143,8 @@ class PCKV(PCKVEstimation):
     """
 
     params_spec: ClassVar[tuple[Param, ...]] = (ELL, ALLOCATION, COUNT_FLOOR)
+    #: whether a report carries d independent coordinates (PCKV-UE) or one key (PCKV-GRR)
+    unary: ClassVar[bool]
 
     def _setup(self) -> None:
         self.ell = int(self.params["ell"])
@@ -177,6 +182,13 @@ class PCKV(PCKVEstimation):
         n1 = base + np.bincount(users.keys, weights=lifts[:, 0], minlength=self.d).astype(np.float64)
         n2 = base + np.bincount(users.keys, weights=lifts[:, 1], minlength=self.d).astype(np.float64)
         return Stats.expected(self, {"n1": n1, "n2": n2, "n": np.array([float(users.n_users)])})
+
+    def padded_share(self, stats: Stats) -> PaddedShare:
+        """The share of reports whose device sampled a dummy slot, estimated from ``stats``
+        with its standard error (:mod:`~kvldp.common.mechanisms.pckv_padded`)."""
+        arrays = stats.arrays
+        real = float(arrays["n1"].sum() + arrays["n2"].sum())
+        return padded_share(float(arrays["n"][0]), real, self.d, self.ell, self.a, self.b, self.unary)
 
     # --------------------------------------------------------------- privacy
     @abc.abstractmethod
@@ -236,6 +248,7 @@ class PCKVUE(PCKV):
 
     name = "pckv_ue"
     summary = "PCKV-UE: padding-and-sampling + unary encoding of the sampled key-value pair (Gu et al.)"
+    unary = True
 
     def _probabilities(self) -> tuple[float, float, float]:
         return ue_probabilities(self.eps1, self.eps2)
@@ -310,6 +323,7 @@ class PCKVGRR(PCKV):
 
     name = "pckv_grr"
     summary = "PCKV-GRR: padding-and-sampling + GRR over the padded key-value pairs (Gu et al.)"
+    unary = False
 
     def _probabilities(self) -> tuple[float, float, float]:
         return grr_probabilities(self.eps1, self.eps2, self.d_prime)
