@@ -7,29 +7,37 @@ of ``em``, the count matrix A of Algorithm 4 and the exact covariance of (n1[j],
 :class:`~kvldp.common.mechanisms.pckv.PCKV` derives from it and supplies (a, b, p, ell).
 Reference: docs/mechanisms.md, *PCKV estimators* and *PCKV variances*.
 
+Intervals and standard errors (docs/mechanisms.md, *PCKV intervals*): every estimator
+builds its 95% intervals on one inference basis (:meth:`PCKVEstimation.inference_basis`),
+the raw frequency f^ = ell((n1+n2)/n - b)/(a-b) with its analytic standard error
+(interval clipped into [0, 1]) and, for the mean, Fieller's interval for N/D with
+N = (n1 - n2)/(a(2p-1)), D = (n1 + n2 - nb)/(a-b) = N_j. A key whose D is not
+significantly above 0 (its holders indistinguishable from none) has no estimable mean:
+NaN, counted in ``not_estimable_means``. The frequency's standard error is the analytic
+one for the raw f^ and the RMSE of a clipped normal (:mod:`~kvldp.common.clipped_normal`)
+for the corrected, EM and projected ones; the mean's is the Fieller interval's
+half-width over Z95.
+
 Estimators (``estimator_names``):
 
-* ``unbiased``: f = ell((n1+n2)/n - b)/(a-b), raw and exactly unbiased (may leave [0, 1]);
-  mean by Algorithm 4 (f corrected into [1/n, 1] internally, n1^, n2^ = A^-1(...) clipped
-  into [count_floor, N_j], lower bound first). Where the linear estimate of the key's
-  holders, n f, is below one user the mean is undefined (NaN): Algorithm 4 raises f to
-  1/n there and prints a clipping artefact (0 with count_floor = 1). At ell > 1 the
-  artefact also covers 1 <= n f < ell (N_j < 1), where the mean stays defined.
+* ``unbiased``: the raw f^ (exactly unbiased, may leave [0, 1]); the mean by Algorithm 4
+  (f corrected into [1/n, 1] internally, n1^, n2^ = A^-1(...) clipped into
+  [count_floor, N_j], lower bound first) where estimable.
 * ``paper``: Algorithm 4 as published, the authors' code line for line: f corrected into
-  [1/n, 1] and the mean of every key, the artefact included, so no key is left without a
-  mean. Its standard error is capped at 1 + |m|, the largest error a mean in [-1, 1] can
-  have.
+  [1/n, 1] and the mean of every key. Where the mean is not estimable the printed value
+  is the clipping's artefact (0 with count_floor = 1): it has no standard error and no
+  interval, and ``means_without_information`` counts it.
 * ``em``: per-key composite EM on (n1, n2, n - n1 - n2) with the 3x3 P of :meth:`transition`;
-  f = ell(theta+ + theta-), m = (theta+ - theta-)/(theta+ + theta-); warm-startable.
-  The mean follows the same rule as ``unbiased``: undefined where the linear holder
-  estimate is below one (see "Why EM lost to Algorithm 4 on means" below).
+  f = ell(theta+ + theta-), m = (theta+ - theta-)/(theta+ + theta-) where estimable;
+  warm-startable.
 * ``normsub``: the per-item sampled shares (n1^/n, n2^/n of every real key plus the
-  remaining mass as one "rest" item) projected onto the simplex.
+  remaining mass as one "rest" item) projected onto the simplex; the mean where
+  estimable (N/D clipped into [-1, 1] where the projection left the key no share).
 * ``eb``: empirical Bayes on top of the EM fit (:mod:`~kvldp.common.shrinkage`): the
-  unbiased frequencies and the EM means, each with its analytic variance, are shrunk
-  toward a normal prior fitted across the keys, so a key with little information gets
-  (close to) the population's centre with the prior's spread as its standard error, and
-  every key has a mean.
+  unbiased frequencies and the EM means (of keys with at least one estimated holder),
+  each with its analytic variance, are shrunk toward a normal prior fitted across the
+  keys, so a key with little information gets (close to) the population's centre with
+  the prior's spread as its standard error, and every key has a mean.
 
 Why EM lost to Algorithm 4 on means. The per-key likelihood is correctly specified: a
 user's symbol at key j depends only on whether it sampled j and with which v*, and the
@@ -44,13 +52,14 @@ thousands of fitted holders, and the plug-in mean (theta+ - theta-)/(theta+ + th
 exactly +1 whatever the data say about the sign split, a boundary artefact of a ratio, not
 information. Algorithm 4 prints 0 there. With means spread over [-1, 1] the +-1 answer
 costs 1 + m^2 in squared error against m^2 for 0, which is the whole 5-23% loss
-measured at epsilon = 1 on the same reports (``tests/test_pckv_estimate.py``). EM's mean
-therefore follows Algorithm 4's rule: no mean where fewer than one holder is estimated.
+measured at epsilon = 1 on the same reports (``tests/test_pckv_estimate.py``). Such keys
+are never estimable, so EM gives them no mean.
 
 Standard errors are analytic: the exact covariance of (n1[j], n2[j]) given a two-type
 population (n f holders sampling j with weight 1/ell and sharing the value m, as in
 PCKV's Theorem 4; n(1-f) non-holders), evaluated at the estimate, pushed through the
-estimator (linear for f, delta method for the mean ratio). It yields
+estimator (linear for f, delta method for the mean ratio: :meth:`variances`, which
+``eb``'s weights and the advisor use). It yields
 
     Var[f^] = ell^2 b(1-b)/(n(a-b)^2) + ell f (1 - 2b - (a-b)/ell)/(n(a-b))
             = Theorem 4 as transcribed + (ell - 1) f / n.
@@ -69,12 +78,16 @@ estimators cannot undo it). No error is raised: the data model allows such users
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
+from kvldp.common.clipped_normal import clipped_rmse
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
+from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.primitives import FloatArray
 from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
@@ -83,6 +96,39 @@ from kvldp.common.stats import Stats
 from kvldp.common.variance import ratio_variance, stderr
 
 ASSUMES = "every user holds at most ell keys"
+
+
+@dataclass(frozen=True)
+class InferenceBasis:
+    """The unbiased linear statistics of one snapshot and the 95% intervals built on them.
+
+    ``raw`` is the baseline frequency with its analytic standard error and
+    [``frequency_low``, ``frequency_high``] its interval clipped into [0, 1]; the mean's
+    Fieller interval is [``mean_low``, ``mean_high``] where ``estimable`` (the key's
+    holders significantly more than none), NaN elsewhere; ``ratio`` is N/D clipped into
+    [-1, 1].
+    """
+
+    raw: FloatArray
+    raw_stderr: FloatArray
+    frequency_low: FloatArray
+    frequency_high: FloatArray
+    mean_low: FloatArray
+    mean_high: FloatArray
+    estimable: NDArray[np.bool_]
+    ratio: FloatArray
+
+    def diagnostics(self, mean: FloatArray) -> dict[str, int]:
+        """Counts of the keys without a mean: ``undefined_means`` (NaN), of which
+        ``not_estimable_means`` for want of significant holders, and the
+        ``means_without_information`` an estimator answers all the same (``paper``'s
+        artefact, ``eb``'s prior centre)."""
+        undefined = np.isnan(mean)
+        return {
+            "undefined_means": int(np.sum(undefined)),
+            "not_estimable_means": int(np.sum(undefined & ~self.estimable)),
+            "means_without_information": int(np.sum(~undefined & ~self.estimable)),
+        }
 
 
 class PCKVEstimation(Mechanism):
@@ -162,44 +208,79 @@ class PCKVEstimation(Mechanism):
         n2 = stats.arrays["n2"].astype(np.float64)
         diag: dict[str, Any] = {"assumes": ASSUMES}
         latent: FloatArray | None = None
-        # where the linear estimate of a key's holders is below one user it has no mean
-        raw = self.baseline_frequency(n, n1, n2) if n > 0 else np.full(self.d, np.nan)
-        unheld = raw < 1.0 / n if n > 0 else np.zeros(self.d, dtype=bool)
         if estimator in ("em", "eb"):
-            freq, mean, latent = self._em(n, n1, n2, options, diag)
-            mean = np.where(unheld, np.nan, mean)
-        else:
-            if options:
-                raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
-            if n <= 0:
-                freq = mean = np.full(self.d, np.nan)
-            elif estimator == "normsub":
-                freq, mean = self._normsub(n, n1, n2)
-            else:
-                corrected, mean = self.algorithm4(n, n1, n2, diag)
-                if estimator == "unbiased":
-                    freq, mean = raw, np.where(unheld, np.nan, mean)
-                else:
-                    freq = corrected
-        if estimator == "eb" and n > 0:
-            freq, mean, var_f, var_m = self._shrink(n, raw, freq, mean, diag)
-        else:
-            var_f, var_m = self.variances(n, freq, mean)
-        diag["undefined_means"] = int(np.sum(np.isnan(mean)))
+            em_freq, em_mean, latent = self._em(n, n1, n2, options, diag)
+        elif options:
+            raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
         if n <= 0:
-            diag["no_reports"] = True
-        mean_se = np.minimum(stderr(var_m), 1.0 + np.abs(mean))
+            nan = np.full(self.d, np.nan)
+            diag.update(undefined_means=self.d, not_estimable_means=0, no_reports=True)
+            return Estimate(self.name, estimator, nan, nan, nan, nan, stats.n_reports, latent, diag)
+        paper_freq, paper_mean = self.algorithm4(n, n1, n2, diag)
+        basis = self.inference_basis(n, n1, n2, paper_mean)
+        if estimator == "eb":
+            # the EM means of every key with at least one estimated holder: shrinkage weighs
+            # the weak ones itself (a mean below one holder is EM's boundary artefact)
+            unheld = basis.raw < 1.0 / n
+            return self._shrink(stats, basis, em_freq, np.where(unheld, np.nan, em_mean), latent, diag)
+        freq_se = clipped_rmse(np.clip(basis.raw, 0.0, 1.0), basis.raw_stderr, 0.0, 1.0)
+        if estimator == "unbiased":
+            freq, freq_se, mean = basis.raw, basis.raw_stderr, self._answered(paper_mean, basis)
+        elif estimator == "paper":
+            freq, mean = paper_freq, paper_mean
+        elif estimator == "em":
+            freq, mean = em_freq, self._answered(em_mean, basis)
+        else:
+            freq, mean = self._normsub(n, n1, n2)
+            mean = self._answered(mean, basis)
+        mean_se = interval_stderr(basis.mean_low, basis.mean_high)
+        diag.update(basis.diagnostics(mean))
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
             frequency=freq,
-            frequency_stderr=stderr(var_f),
+            frequency_stderr=freq_se,
             mean=mean,
             mean_stderr=np.where(np.isnan(mean), np.nan, mean_se),
             n_reports=stats.n_reports,
             latent=latent,
             diagnostics=diag,
+            frequency_bounds=(basis.frequency_low, basis.frequency_high),
+            mean_bounds=(basis.mean_low, basis.mean_high),
         )
+
+    def inference_basis(self, n: float, n1: FloatArray, n2: FloatArray, mean: FloatArray) -> InferenceBasis:
+        """The unbiased linear statistics every estimator's intervals are built on.
+
+        The raw frequency with its analytic standard error, and the mean as the ratio of
+        N = (n1 - n2)/(a(2p - 1)) over D = (n1 + n2 - n b)/(a - b) (E[N] = m N_j,
+        E[D] = N_j = n f/ell), whose covariance is the exact count covariance at the raw
+        frequency clipped into [0, 1] and ``mean`` (Algorithm 4's, which lies in [-1, 1]).
+        """
+        a, b, p = self.a, self.b, self.p
+        raw = self.baseline_frequency(n, n1, n2)
+        f = np.clip(raw, 0.0, 1.0)
+        cov = self.count_covariance(n, f, np.clip(mean, -1.0, 1.0))
+        v11, v22, v12 = cov[:, 0, 0], cov[:, 1, 1], cov[:, 0, 1]
+        var_sum, var_diff, cov_sd = v11 + v22 + 2 * v12, v11 + v22 - 2 * v12, v11 - v22
+        gain = a * (2 * p - 1)
+        raw_se = stderr((self.ell / (n * (a - b))) ** 2 * var_sum)
+        f_lo, f_hi = clipped_interval(raw, raw_se)
+        num, den = (n1 - n2) / gain, (n1 + n2 - n * b) / (a - b)
+        m_lo, m_hi, bounded = fieller_interval(
+            num, den, var_diff / gain**2, var_sum / (a - b) ** 2, cov_sd / (gain * (a - b))
+        )
+        # significantly fewer than no holders contradicts the model: no mean either
+        estimable = bounded & (den > 0)
+        m_lo, m_hi = np.where(estimable, m_lo, np.nan), np.where(estimable, m_hi, np.nan)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.clip(num / den, -1.0, 1.0)
+        return InferenceBasis(raw, raw_se, f_lo, f_hi, m_lo, m_hi, estimable, ratio)
+
+    def _answered(self, mean: FloatArray, basis: InferenceBasis) -> FloatArray:
+        """An estimator's mean where the key's mean is estimable (NaN elsewhere); where the
+        estimator itself has none (a share projected to 0), the basis ratio N/D in [-1, 1]."""
+        return np.where(basis.estimable, np.where(np.isnan(mean), basis.ratio, mean), np.nan)
 
     def baseline_frequency(self, n: float, n1: FloatArray, n2: FloatArray) -> FloatArray:
         """f^ = ell((n1 + n2)/n - b)/(a - b): exactly unbiased when every user holds <= ell keys."""
@@ -256,12 +337,13 @@ class PCKVEstimation(Mechanism):
 
     def _shrink(
         self,
-        n: float,
-        raw: FloatArray,
+        stats: Stats,
+        basis: InferenceBasis,
         freq_em: FloatArray,
         mean: FloatArray,
+        latent: FloatArray | None,
         diag: dict[str, Any],
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    ) -> Estimate:
         """``eb``: the unbiased frequencies and the EM means shrunk toward fitted priors.
 
         The normal-normal model wants each key's sampling variance without its own noise in
@@ -270,12 +352,29 @@ class PCKVEstimation(Mechanism):
         (stable weights, a prior centred on a line in the shrunk frequency where the keys
         identify one: where means move with frequency, as in Horigome et al.'s populations,
         one centre fitted on the precise, frequent keys drags every rare key toward them).
+        The standard errors are the conservative ones of
+        :func:`~kvldp.common.shrinkage.shrink` (the mean's capped at 1 + |m|); the intervals
+        are the basis's.
         """
-        var_raw, _ = self.variances(n, raw, np.zeros(self.d))
-        f = shrink(raw, var_raw, 0.0, 1.0)
+        n = float(stats.arrays["n"][0])
+        var_raw, _ = self.variances(n, basis.raw, np.zeros(self.d))
+        f = shrink(basis.raw, var_raw, 0.0, 1.0)
         m = shrink_means(mean, freq_em, f, 1.0 / n, lambda fr, mu: self.variances(n, fr, mu))
         diag.update(prior_diagnostics(f, m))
-        return f.value, m.value, f.variance, m.variance
+        diag.update(basis.diagnostics(m.value))
+        return Estimate(
+            mechanism=self.name,
+            estimator="eb",
+            frequency=f.value,
+            frequency_stderr=stderr(f.variance),
+            mean=m.value,
+            mean_stderr=np.minimum(stderr(m.variance), 1.0 + np.abs(m.value)),
+            n_reports=stats.n_reports,
+            latent=latent,
+            diagnostics=diag,
+            frequency_bounds=(basis.frequency_low, basis.frequency_high),
+            mean_bounds=(basis.mean_low, basis.mean_high),
+        )
 
     def variances(self, n: float, freq: FloatArray, mean: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Analytic (Var f^, Var m^) per key for n users at frequency ``freq`` and mean ``mean``.
