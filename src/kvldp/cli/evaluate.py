@@ -3,8 +3,10 @@ paper's whole grid.
 
 One configuration (``--mechanism``, ``--epsilon``, ``--keys``...) is simulated, perturbed,
 folded and estimated by :func:`kvldp.evaluation.scoring.evaluate`; ``--experiment NAME`` instead runs
-one of the fixed grids of :mod:`kvldp.experiments` and writes its tables and plots. The two
-modes share the command because both answer "how accurate is it".
+one of the fixed grids of :mod:`kvldp.experiments` and writes its tables and plots;
+``--calibration`` measures whether the exported error bars mean what they say
+(:mod:`kvldp.evaluation.calibration`) for any mechanisms, estimators, population and ε. The
+modes share the command because all answer "how accurate is it".
 """
 
 from __future__ import annotations
@@ -26,13 +28,30 @@ def register(sub: Subparsers) -> None:
         "evaluate", help="simulate, perturb, fold, estimate and score against the truth (or a paper's grid)"
     )
     p.add_argument("--experiment", help="run a paper's whole grid (see docs/results/README.md)")
-    p.add_argument("--out", help="output folder of --experiment (default: results/NAME/)")
+    p.add_argument(
+        "--calibration",
+        action="store_true",
+        help="coverage of the exported 95%% intervals and stderr/RMSE, per mechanism × estimator × ε "
+        "(default: every mechanism and estimator on its reference population, ε 0.5 1 2 4 8)",
+    )
+    p.add_argument("--out", help="output folder of --experiment or --calibration (default: results/NAME/)")
     p.add_argument("--quick", action="store_true", help="--experiment at reduced n and repeats (< 1 minute)")
-    p.add_argument("--mechanism", help=f"one of: {', '.join(names())}")
-    p.add_argument("--epsilon", type=positive_float, help="privacy budget per report")
+    p.add_argument(
+        "--mechanism", action="append", help=f"one of: {', '.join(names())} (repeatable with --calibration)"
+    )
+    p.add_argument(
+        "--epsilon",
+        type=positive_float,
+        action="append",
+        help="privacy budget per report (repeatable with --calibration)",
+    )
     p.add_argument("--keys", type=positive_int, help="number of keys d")
     p.add_argument("--param", action="append", metavar="NAME=VALUE", help="mechanism parameter (repeatable)")
-    p.add_argument("--estimator", help="unbiased (default), em, em4 (privkv), normsub, paper")
+    p.add_argument(
+        "--estimator",
+        action="append",
+        help="unbiased (default), em, em4 (privkv), normsub, paper (repeatable with --calibration)",
+    )
     p.add_argument("--dataset", help=f"one of: {datasets.describe()} (default gaussian)")
     p.add_argument("--users", type=positive_int, help="simulated users (default 100000; none with csv:)")
     p.add_argument("--repeats", type=positive_int, help="collections simulated and scored (default 1)")
@@ -48,6 +67,10 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
+    if args.calibration:
+        if args.experiment or args.query or args.quick:
+            raise KvldpError("--calibration goes without --experiment, --query and --quick")
+        return cmd_calibration(args)
     if args.experiment:
         given = [
             f
@@ -61,9 +84,12 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         raise KvldpError("--quick and --out go with --experiment NAME")
     missing = [flag for flag in ("mechanism", "epsilon", "keys") if getattr(args, flag) is None]
     if missing:
-        raise KvldpError(f"evaluate needs --{', --'.join(missing)} (or --experiment NAME)")
-    mech = create(args.mechanism, args.keys, args.epsilon, **parse_assignments(args.param))
-    estimator = args.estimator or "unbiased"
+        raise KvldpError(f"evaluate needs --{', --'.join(missing)} (or --experiment NAME, or --calibration)")
+    repeated = [flag for flag in ("mechanism", "epsilon", "estimator") if len(getattr(args, flag) or []) > 1]
+    if repeated:
+        raise KvldpError(f"--{', --'.join(repeated)} may be repeated only with --calibration")
+    mech = create(args.mechanism[0], args.keys, args.epsilon[0], **parse_assignments(args.param))
+    estimator = args.estimator[0] if args.estimator else "unbiased"
     if estimator not in mech.estimator_names:
         raise KvldpError(
             f"{mech.name} has no estimator {estimator!r} (available: {', '.join(mech.estimator_names)})"
@@ -113,4 +139,56 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         args.json,
         "\n".join(f"wrote {p}" for p in paths),
     )
+    return 0
+
+
+def cmd_calibration(args: argparse.Namespace) -> int:
+    from kvldp.common.mechanisms import get
+    from kvldp.evaluation.calibration import EPSILONS, calibrate, reference_population
+    from kvldp.experiments.calibration_report import CalibrationRow, table, write
+
+    mechanisms = args.mechanism or names()
+    epsilons = args.epsilon or list(EPSILONS)
+    params = parse_assignments(args.param)
+    rows: list[CalibrationRow] = []
+    populations: dict[tuple[str, int | None, int], datasets.Dataset] = {}
+    for name in mechanisms:
+        cls = get(name)
+        probe = create(name, min(args.keys or 2, cls.max_keys or 2), 1.0, **params)
+        estimators = args.estimator or list(probe.estimator_names)
+        unknown = [e for e in estimators if e not in probe.estimator_names]
+        if unknown:
+            raise KvldpError(
+                f"{name} has no estimator {unknown[0]!r} (available: {', '.join(probe.estimator_names)})"
+            )
+        dataset, keys = reference_population(name, cls.max_keys, cls.collects_values)
+        dataset = args.dataset or dataset
+        keys = args.keys or keys
+        from_file = dataset.startswith(datasets.CSV_PREFIX)
+        users = args.users if args.users is not None or from_file else 100_000
+        if (dataset, users, keys) not in populations:
+            try:
+                populations[dataset, users, keys] = datasets.generate(dataset, users, keys, args.seed)
+            except ValueError as exc:
+                raise KvldpError(str(exc)) from None
+        population = populations[dataset, users, keys].users
+        for epsilon in epsilons:
+            mech = create(name, keys, epsilon, **params)
+            for estimator in estimators:
+                result = calibrate(mech, estimator, population, args.repeats or 24, args.seed, not args.json)
+                rows.append(CalibrationRow(result, dataset, population.n_users, keys))
+    if args.out:
+        command = "kvldp evaluate --calibration" + "".join(
+            f" --{flag} {value}"
+            for flag in ("mechanism", "estimator", "epsilon")
+            for value in getattr(args, flag) or []
+        )
+        paths = write(rows, Path(args.out), command)
+        emit(
+            {"calibration": len(rows), "files": [str(p) for p in paths]},
+            args.json,
+            "\n".join(f"wrote {p}" for p in paths),
+        )
+        return 0
+    emit([r.record() for r in rows], args.json, table(rows))
     return 0

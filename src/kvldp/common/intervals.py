@@ -57,8 +57,9 @@ def fieller_interval(
 ) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
     """(lo, hi, estimable) of Fieller's 95% set for num/den, intersected with [low, high].
 
-    ``estimable`` is False (and lo, hi NaN) where den is not significantly nonzero, the
-    set being then unbounded. A bounded set that misses [low, high] collapses onto the
+    ``estimable`` is False (and lo, hi NaN) where den is not significantly above 0: the set
+    is then unbounded, or (den significantly negative, impossible for a count of holders)
+    meaningless. A bounded set that misses [low, high] collapses onto the
     nearer end of the range.
     """
     z2 = Z95 * Z95
@@ -69,7 +70,7 @@ def fieller_interval(
         disc = np.sqrt(np.maximum(b * b - a * c, 0.0))
         lo = (b - disc) / a
         hi = (b + disc) / a
-    estimable = np.isfinite(num) & np.isfinite(den) & (a > 0)
+    estimable = np.isfinite(num) & np.isfinite(den) & (a > 0) & (den > 0)
     lo = np.where(estimable, np.clip(lo, low, high), np.nan)
     hi = np.where(estimable, np.clip(hi, low, high), np.nan)
     return lo, hi, estimable

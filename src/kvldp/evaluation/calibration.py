@@ -144,3 +144,20 @@ def calibrate(
         summarise(arr["m"], arr["mse"], arr["mlo"], arr["mhi"], true_m) if mechanism.collects_values else None
     )
     return Calibration(mechanism.name, estimator, mechanism.epsilon, repeats, freq, mean)
+
+
+#: the ε grid of the calibration table
+EPSILONS = (0.5, 1.0, 2.0, 4.0, 8.0)
+#: keys of the reference populations (joint-state mechanisms, limited to few keys, use 8)
+REFERENCE_KEYS = 50
+SMALL_DOMAIN_KEYS = 8
+
+
+def reference_population(mechanism_name: str, max_keys: int | None, collects_values: bool) -> tuple[str, int]:
+    """(dataset, keys) a mechanism is calibrated on: PCKV's one-pair Gaussian population for
+    the item oracles and PCKV (one item per device is their setting, and ell = 1 then
+    truncates nothing), Horigome's several-keys-per-device Gaussian population for the
+    rest, with 8 keys where the mechanism's domain is small."""
+    one_item = not collects_values or mechanism_name.startswith("pckv")
+    keys = REFERENCE_KEYS if max_keys is None or max_keys >= REFERENCE_KEYS else SMALL_DOMAIN_KEYS
+    return ("gaussian_pckv" if one_item else "gaussian"), keys

@@ -51,6 +51,9 @@ from kvldp.common.variance import quad, quad2, stderr
 #: state codes (docs/mechanisms.md, *Primitives*): s = k*v + 1
 NEG, ABSENT, POS = 0, 1, 2
 F_ROW = np.array([1.0, 0.0, 1.0])
+#: normal draws of the raw states behind a projected estimate's standard error, and their seed
+PROJECTION_DRAWS = 400
+PROJECTION_SEED = 0x5E
 #: theta_2 - theta_0, the numerator of a key's mean
 D_ROW = np.array([-1.0, 0.0, 1.0])
 
@@ -231,6 +234,31 @@ class KeySampledMechanism(Mechanism):
         )
         return se, f_lo, f_hi, m_lo, m_hi, estimable
 
+    def _projected_errors(
+        self, theta: FloatArray, cov: FloatArray, reports: FloatArray
+    ) -> tuple[FloatArray, FloatArray]:
+        """RMSE of the simplex-projected frequency and mean at states ``theta``: the raw
+        states drawn PROJECTION_DRAWS times from their normal approximation N(theta, cov),
+        each draw projected as ``normsub`` projects (docs/mechanisms.md, *Calibration of
+        standard errors*). Deterministic: the draws' seed is fixed."""
+        safe = np.where(np.isfinite(theta), theta, 1.0 / 3.0)
+        vals, vecs = np.linalg.eigh(np.nan_to_num(cov))
+        root = vecs * np.sqrt(np.maximum(vals, 0.0))[:, None, :]  # (d, 3, 3)
+        z = np.random.default_rng(PROJECTION_SEED).standard_normal((PROJECTION_DRAWS, 3))
+        draws = safe[None] + np.einsum("gij,bj->bgi", root, z)  # (B, d, 3)
+        projected = project_simplex(draws.reshape(-1, 3)).reshape(draws.shape)
+        f_star = projected[..., NEG] + projected[..., POS]
+        m_star = mean_from_states(projected.reshape(-1, 3)).reshape(f_star.shape)
+        f0 = safe[:, NEG] + safe[:, POS]
+        m0 = mean_from_states(safe)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            se_f = np.sqrt(np.mean((f_star - f0[None]) ** 2, axis=0))
+            sq = (m_star - m0[None]) ** 2
+            ok = np.isfinite(sq)
+            se_m = np.sqrt(np.where(ok, sq, 0.0).sum(axis=0) / ok.sum(axis=0))
+        none = reports <= 0
+        return np.where(none, np.nan, se_f), np.where(none, np.nan, se_m)
+
     def _result(
         self,
         estimator: str,
@@ -240,6 +268,7 @@ class KeySampledMechanism(Mechanism):
         plugin: FloatArray,
         clipped: bool = True,
         efficient: bool = False,
+        projection: bool = False,
         mean: FloatArray | None = None,
         diagnostics: dict[str, Any] | None = None,
         latent: FloatArray | None = None,
@@ -271,6 +300,9 @@ class KeySampledMechanism(Mechanism):
             grad = mean_gradient(theta_m)
             m_eff = stderr(np.einsum("gi,gij,gj->g", grad, cov, grad))
             m_se = np.fmin(m_se, interval_stderr(*clipped_interval(m, m_eff, -1.0, 1.0)))
+        if projection:
+            cov = self._state_covariance(plugin, reports, stats.n_reports, efficient=False)
+            f_se, m_se = self._projected_errors(plugin, cov, reports)
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
@@ -299,7 +331,7 @@ class KeySampledMechanism(Mechanism):
             return self._result(estimator, stats, theta_hat, theta_hat, projected, clipped=False)
         if estimator == "normsub":
             self._no_options(estimator, options)
-            return self._result(estimator, stats, projected, projected, projected)
+            return self._result(estimator, stats, projected, projected, projected, projection=True)
         if estimator == "em":
             return self._em_estimate(stats, counts, options)
         if estimator == "eb":
