@@ -421,28 +421,23 @@ def test_em_standard_errors_match_monte_carlo(cls: type[PCKV], seed: int) -> Non
 
 
 @pytest.mark.parametrize(("cls", "seed"), [(PCKVUE, 31), (PCKVGRR, 32)])
-def test_eb_means_every_key_with_honest_standard_errors(cls: type[PCKV], seed: int) -> None:
-    """``eb`` answers every key, beats Algorithm 4 (every key answered) on a population with rare keys at
-    epsilon = 1, and its standard errors are not understated, rarest keys included: the RMS
-    of (m~ - m)/se over R repeats is below 1.15 for every quarter of the keys by frequency
-    (1.15: 3 sd of an RMS over 25 keys x 12 repeats, sd ~ 1/sqrt(2 * 300) ~ 0.04, whose
-    errors share the fitted prior's)."""
+def test_eb_means_every_key_without_a_per_key_standard_error(cls: type[PCKV], seed: int) -> None:
+    """``eb`` answers every key, beats Algorithm 4 (every key answered) on a population with
+    rare keys at epsilon = 1, and exports no per-key standard error (docs/mechanisms.md,
+    *Calibration of standard errors*; its intervals' coverage is checked on the reference
+    populations by tests/test_calibration.py)."""
     d, n, reps = 100, 200_000, 12
     users = rare_key_population(d, n, seed)
-    f_true, m_true = users.truth()
+    _, m_true = users.truth()
     mech = cls(d, 1.0)
     batch = mech.perturb_many(tile(users, reps), np.random.default_rng(seed))
-    eb_sq, em_sq, z = [], [], []
+    eb_sq, em_sq = [], []
     for r in range(reps):
         stats = mech.new_stats().fold({k: v[r * n : (r + 1) * n] for k, v in batch.items()})
         eb, em = mech.estimate(stats, "eb"), mech.estimate(stats, "paper")
-        assert not np.isnan(eb.mean).any() and not np.isnan(eb.mean_stderr).any()
+        assert not np.isnan(eb.mean).any() and np.isnan(eb.mean_stderr).all()
         assert np.all((eb.frequency >= 0) & (eb.frequency <= 1) & (np.abs(eb.mean) <= 1))
         eb_sq.append(np.sum((eb.mean - m_true) ** 2))
         em_sq.append(np.sum((np.nan_to_num(em.mean) - m_true) ** 2))
-        z.append((eb.mean - m_true) / eb.mean_stderr)
     gain = np.array(em_sq) - np.array(eb_sq)
     assert gain.mean() > 4 * gain.std(ddof=1) / np.sqrt(reps)
-    zz = np.array(z)
-    for quarter in np.array_split(np.argsort(f_true), 4):
-        assert np.sqrt(np.mean(zz[:, quarter] ** 2)) < 1.15

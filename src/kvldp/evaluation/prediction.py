@@ -71,7 +71,10 @@ def predict(
     var_f = est.frequency_stderr**2 / scale_users
     if mechanism.collects_values:
         bias_m = est.mean - true_m
-        mse_m = clipped_normal_mse(est.mean, est.mean_stderr / math.sqrt(scale_users), true_m)
+        # a mean left not estimable is scored as 0, as ``kvldp evaluate`` scores it
+        with np.errstate(invalid="ignore"):
+            answered = clipped_normal_mse(est.mean, est.mean_stderr / math.sqrt(scale_users), true_m)
+        mse_m = np.where(np.isfinite(est.mean), answered, true_m**2)
     else:
         bias_m = np.full_like(true_f, np.nan)
         mse_m = bias_m.copy()

@@ -398,24 +398,22 @@ class KeySampledMechanism(Mechanism):
         )
         diag = dict(em.diagnostics)
         diag.update(undefined_means=0, not_estimable_means=0, **prior_diagnostics(f, m))
-        # the intervals stay on the closed-form basis (a mean not estimable there spans
-        # the whole range), widened to hold the shrunk point where it falls outside
-        f_lo, f_hi = em.frequency_interval
-        m_lo, m_hi = em.mean_interval
-        m_lo = np.where(np.isnan(m_lo), -1.0, m_lo)
-        m_hi = np.where(np.isnan(m_hi), 1.0, m_hi)
+        # no per-key standard error: a shrunk estimate's error depends on how far the key's
+        # truth lies from the prior, which its data cannot tell from noise; the intervals
+        # are the closed-form basis's (docs/mechanisms.md, *Calibration of standard errors*)
+        nan = np.full(self.d, np.nan)
         return Estimate(
             mechanism=self.name,
             estimator="eb",
             frequency=f.value,
-            frequency_stderr=stderr(f.variance),
+            frequency_stderr=nan,
             mean=m.value,
-            mean_stderr=np.minimum(stderr(m.variance), 1.0 + np.abs(m.value)),
+            mean_stderr=nan.copy(),
             n_reports=n,
             latent=em.latent,
             diagnostics=diag,
-            frequency_bounds=(np.fmin(f_lo, f.value), np.fmax(f_hi, f.value)),
-            mean_bounds=(np.fmin(m_lo, m.value), np.fmax(m_hi, m.value)),
+            frequency_bounds=em.frequency_interval,
+            mean_bounds=em.mean_interval,
         )
 
     # --------------------------------------------------------------- privacy

@@ -352,9 +352,10 @@ class PCKVEstimation(Mechanism):
         (stable weights, a prior centred on a line in the shrunk frequency where the keys
         identify one: where means move with frequency, as in Horigome et al.'s populations,
         one centre fitted on the precise, frequent keys drags every rare key toward them).
-        The standard errors are the conservative ones of
-        :func:`~kvldp.common.shrinkage.shrink` (the mean's capped at 1 + |m|); the intervals
-        are the basis's.
+        No per-key standard error: a shrunk estimate's error depends on how far the key's
+        truth lies from the prior, which its data cannot tell from noise (the conservative
+        variance of :func:`~kvldp.common.shrinkage.shrink` was 2-4x the RMSE); the
+        intervals are the basis's (docs/mechanisms.md, *Calibration of standard errors*).
         """
         n = float(stats.arrays["n"][0])
         var_raw, _ = self.variances(n, basis.raw, np.zeros(self.d))
@@ -366,9 +367,9 @@ class PCKVEstimation(Mechanism):
             mechanism=self.name,
             estimator="eb",
             frequency=f.value,
-            frequency_stderr=stderr(f.variance),
+            frequency_stderr=np.full(self.d, np.nan),
             mean=m.value,
-            mean_stderr=np.minimum(stderr(m.variance), 1.0 + np.abs(m.value)),
+            mean_stderr=np.full(self.d, np.nan),
             n_reports=stats.n_reports,
             latent=latent,
             diagnostics=diag,
