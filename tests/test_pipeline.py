@@ -69,7 +69,8 @@ async def test_end_to_end_estimates_within_five_standard_errors(
     broker: EmbeddedBroker, batch_size: int
 ) -> None:
     """50,000 simulated devices; every key's exported frequency and mean within 5 standard
-    errors of the truth file; kvldp_reports_total exact."""
+    errors of the truth file, inside their exported 95% interval; every key without a
+    mean counted as not estimable; kvldp_reports_total exact."""
     collection = unique_collection("kvue", 6)
     users = simulate.simulate(collection, "gaussian", 50_000, seed=11)
     truth = simulate.truth(collection, users)
@@ -84,6 +85,16 @@ async def test_end_to_end_estimates_within_five_standard_errors(
             if truth["mean"][key] is not None and ("kvldp_mean", lab) in samples:
                 m, ms = samples[("kvldp_mean", lab)], samples[("kvldp_mean_stderr", lab)]
                 assert abs(m - truth["mean"][key]) < 5 * ms, (key, estimator, m, truth["mean"][key], ms)
+                lo, hi = samples[("kvldp_mean_low", lab)], samples[("kvldp_mean_high", lab)]
+                assert lo <= m <= hi  # the interval is in collection units, around the estimate
+            f_lo, f_hi = samples[("kvldp_frequency_low", lab)], samples[("kvldp_frequency_high", lab)]
+            assert 0.0 <= f_lo <= f_hi <= 1.0
+            not_estimable = samples[("kvldp_means_not_estimable", labels(estimator=estimator, window="all"))]
+            missing = sum(
+                ("kvldp_mean", labels(key=k, estimator=estimator, window="all")) not in samples
+                for k in collection.keys
+            )
+            assert not_estimable == missing
         assert ("kvldp_frequency", labels(key=key, estimator="unbiased", window="5m")) in samples
     assert ("kvldp_last_refit_timestamp_seconds", labels()) in samples
     assert ("kvldp_em_iterations", labels(window="all")) in samples

@@ -170,28 +170,33 @@ def build() -> dict[str, Any]:
         ),
         _panel(
             8,
-            "Frequency ± standard error",
+            "Frequency, standard error and 95% interval",
             "table",
             (12, 14, 12, 10),
             [
                 _target(f"kvldp_frequency{{{EST}}}", "", "A", instant=True, table=True),
                 _target(f"kvldp_frequency_stderr{{{EST}}}", "", "B", instant=True, table=True),
+                _target(f"kvldp_frequency_low{{{EST}}}", "", "C", instant=True, table=True),
+                _target(f"kvldp_frequency_high{{{EST}}}", "", "D", instant=True, table=True),
             ],
-            "Value #A is the estimate, Value #B its standard error.",
+            "Value #A is the estimate, Value #B its standard error (none for eb), "
+            "Value #C and #D the ends of its 95% interval.",
             "percentunit",
             transformations=merge,
         ),
         _panel(
             9,
-            "Mean per key with ±2 standard errors",
+            "Mean per key with its 95% interval",
             "timeseries",
             (0, 24, 24, 9),
             [
                 _target(f"kvldp_mean{{{EST}}}", "{{key}}", "A"),
-                _target(f"kvldp_mean{{{EST}}} + 2 * kvldp_mean_stderr{{{EST}}}", "{{key}} +2se", "B"),
-                _target(f"kvldp_mean{{{EST}}} - 2 * kvldp_mean_stderr{{{EST}}}", "{{key}} -2se", "C"),
+                _target(f"kvldp_mean_high{{{EST}}}", "{{key}} high", "B"),
+                _target(f"kvldp_mean_low{{{EST}}}", "{{key}} low", "C"),
             ],
-            "Mean value among the key's holders, in the collection's units, with its ±2 standard-error band.",
+            "Mean value among the key's holders, in the collection's units, with its 95% interval "
+            "(which covers the truth even where the estimate is clipped or shrunk). A key whose mean "
+            "is not estimable has no line: see kvldp_means_not_estimable.",
         ),
         _panel(
             10,

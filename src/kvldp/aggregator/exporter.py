@@ -13,6 +13,13 @@ Metric names and labels are a contract:
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
+* ``kvldp_frequency_low`` / ``_high`` and ``kvldp_mean_low`` / ``_high`` (same labels): the
+  95% interval of each estimate, which covers the truth even where the point estimate is
+  clipped, projected or shrunk (docs/mechanisms.md, *Calibration of standard errors*);
+  an estimator that exports no standard error by design (``eb``, PrivKV's ``paper`` mean)
+  still exports its interval where it has one;
+* ``kvldp_means_not_estimable{collection,estimator,window}``: keys with reports whose
+  mean is not estimable (no ``kvldp_mean`` series for them);
 * ``kvldp_conditional_frequency{collection,key,condition,estimator,window}`` and
   ``kvldp_conditional_mean{...}`` with ``_stderr`` companions: f(key | condition) and
   m(key | condition), ``condition`` like ``hamburger=1,fries=0``;
@@ -68,6 +75,10 @@ from kvldp.web.server import WebServer
 
 LABELS = ["collection", "key", "estimator", "window"]
 CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
+INTERVAL_HELP = (
+    " (estimate ± 1.96 stderr, or, where the estimator clips, projects or shrinks its point "
+    "estimate, the interval of its unbiased basis: clipped into the range, Fieller's for a mean)."
+)
 #: buckets of ``kvldp_device_privacy_spent_epsilon``, in units of the per-report epsilon
 SPENT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 
@@ -210,8 +221,18 @@ class SnapshotCollector(PromCollector):
                 ("frequency_stderr", "Standard error of kvldp_frequency."),
                 ("mean", "Estimated mean value of the key among its holders (collection units)."),
                 ("mean_stderr", "Standard error of kvldp_mean."),
+                ("frequency_low", "Lower end of the 95% interval of kvldp_frequency" + INTERVAL_HELP),
+                ("frequency_high", "Upper end of the 95% interval of kvldp_frequency" + INTERVAL_HELP),
+                ("mean_low", "Lower end of the 95% interval of kvldp_mean" + INTERVAL_HELP),
+                ("mean_high", "Upper end of the 95% interval of kvldp_mean" + INTERVAL_HELP),
             )
         }
+        not_estimable = GaugeMetricFamily(
+            "kvldp_means_not_estimable",
+            "Keys with reports whose mean is not estimable: their holders cannot be told from "
+            "nobody at 95% (no kvldp_mean series for them).",
+            labels=["collection", "estimator", "window"],
+        )
         conditional = {
             key: GaugeMetricFamily(f"kvldp_conditional_{key}", doc, labels=CONDITIONAL_LABELS)
             for key, doc in (
@@ -242,12 +263,21 @@ class SnapshotCollector(PromCollector):
         c = self.collection
         for window, fit in snap.fits.items():
             for est, e in fit.estimates.items():
+                f_lo, f_hi = e.frequency_interval
+                m_lo, m_hi = e.mean_interval
                 columns = {
                     "frequency": e.frequency,
                     "frequency_stderr": e.frequency_stderr,
                     "mean": c.raw_mean(e.mean),
                     "mean_stderr": c.raw_scale(e.mean_stderr),
+                    "frequency_low": f_lo,
+                    "frequency_high": f_hi,
+                    "mean_low": c.raw_mean(m_lo),
+                    "mean_high": c.raw_mean(m_hi),
                 }
+                if c.mechanism.collects_values:
+                    count = e.diagnostics.get("not_estimable_means", 0)
+                    not_estimable.add_metric([name, est, window], float(count))
                 for key, values in columns.items():
                     for k, v in zip(c.keys, values, strict=True):
                         if np.isfinite(v):
@@ -277,6 +307,7 @@ class SnapshotCollector(PromCollector):
                 ):
                     padded[key].add_metric([name, window], value)
         yield from families.values()
+        yield not_estimable
         yield from conditional.values()
         yield iterations
         if isinstance(c.mechanism, PCKV):
