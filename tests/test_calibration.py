@@ -29,6 +29,9 @@ REPEATS = 30
 KEYS, SMALL_KEYS = 20, 6
 
 PAIRS = [(name, est) for name in names() for est in create(name, 4, 1.0).estimator_names]
+#: Algorithm 4 prints a mean for every key, also where there is no information: those
+#: means carry no standard error (counted in ``means_without_information``)
+PARTIAL_MEAN_STDERR = {("pckv_grr", "paper"), ("pckv_ue", "paper")}
 
 
 def _population(name: str) -> tuple[str, int]:
@@ -37,10 +40,12 @@ def _population(name: str) -> tuple[str, int]:
     return dataset, KEYS if cls.max_keys is None or cls.max_keys >= KEYS else SMALL_KEYS
 
 
-def check(q: QuantityCalibration, keys: int, what: str) -> None:
+def check(q: QuantityCalibration, keys: int, what: str, partial: bool = False) -> None:
     if q.with_stderr == 0.0:
         return  # no standard error exported by design
-    assert q.with_stderr == 1.0, f"{what}: a standard error on only {q.with_stderr:.0%} of the answers"
+    assert partial or q.with_stderr == 1.0, (
+        f"{what}: a standard error on only {q.with_stderr:.0%} of the answers"
+    )
     answered = max(round(q.answered * q.pairs), 1)
     tol_c = 4 * math.sqrt(0.95 * 0.05 / answered)
     assert 0.93 - tol_c <= q.coverage <= 0.97 + tol_c, f"{what}: coverage {q.coverage:.3f} ± {tol_c:.3f}"
@@ -56,7 +61,7 @@ def test_error_bars_are_calibrated(name: str, estimator: str) -> None:
     result = calibrate(mech, estimator, users, REPEATS, 17)
     check(result.frequency, keys, f"{name}/{estimator} frequency")
     if result.mean is not None:
-        check(result.mean, keys, f"{name}/{estimator} mean")
+        check(result.mean, keys, f"{name}/{estimator} mean", (name, estimator) in PARTIAL_MEAN_STDERR)
 
 
 @pytest.mark.parametrize(("name", "estimator"), [p for p in PAIRS if get(p[0]).collects_values])
