@@ -25,6 +25,7 @@ Reference: docs/mechanisms.md, *Calibration of standard errors*.
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvldp.common.estimate import Z95
 from kvldp.common.primitives import FloatArray
@@ -53,7 +54,7 @@ def fieller_interval(
     cov: FloatArray,
     low: float = -1.0,
     high: float = 1.0,
-) -> tuple[FloatArray, FloatArray, FloatArray]:
+) -> tuple[FloatArray, FloatArray, NDArray[np.bool_]]:
     """(lo, hi, estimable) of Fieller's 95% set for num/den, intersected with [low, high].
 
     ``estimable`` is False (and lo, hi NaN) where den is not significantly nonzero, the
