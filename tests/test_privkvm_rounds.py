@@ -295,8 +295,9 @@ def collect_with_joiners(mech: PrivKVM, users: KVData, join: np.ndarray, rng: np
 
 def test_estimates_stay_unbiased_with_honest_errors_when_devices_join_late() -> None:
     """Round 1 has 40% of the devices, round 2 70%, round 3 all: over R = 300 collections
-    each estimator's mean error is within 4 sqrt(Var/R) of 0 and the empirical variance
-    within 4 sqrt(2/R) (relative) of the mean squared standard error."""
+    each estimator's mean error is within 4 sqrt(Var/R) of 0, the empirical variance
+    within 4 sqrt(2/R) (relative) of the mean squared standard error, and the exported
+    95% intervals of frequencies and means cover the truth within 4 binomial sd."""
     rng = np.random.default_rng(40)
     n = 20_000
     users = multi_key_population(n, 3, rng)
@@ -308,6 +309,7 @@ def test_estimates_stay_unbiased_with_honest_errors_when_devices_join_late() -> 
     draws: dict[str, list[np.ndarray]] = {e: [] for e in estimators}
     freq: list[np.ndarray] = []
     errors: dict[str, list[np.ndarray]] = {e: [] for e in estimators}
+    covered: dict[str, list[np.ndarray]] = {e: [] for e in estimators}
     for _ in range(repeats):
         stats = collect_with_joiners(mech, users, join, rng)
         assert stats.arrays["counts"].sum(axis=(1, 2)).tolist() == [np.sum(join <= r) for r in range(3)]
@@ -315,6 +317,10 @@ def test_estimates_stay_unbiased_with_honest_errors_when_devices_join_late() -> 
             est = mech.estimate(stats, e)
             draws[e].append(est.mean)
             errors[e].append(est.mean_stderr)
+            (f_lo, f_hi), (m_lo, m_hi) = est.frequency_interval, est.mean_interval
+            covered[e].append(
+                np.concatenate([(f_lo <= truth_f) & (truth_f <= f_hi), (m_lo <= truth_m) & (truth_m <= m_hi)])
+            )
         freq.append(mech.estimate(stats, "unbiased").frequency)
     f = np.array(freq)
     assert np.all(np.abs(f.mean(axis=0) - truth_f) < 4 * np.sqrt(f.var(axis=0, ddof=1) / repeats))
@@ -324,6 +330,8 @@ def test_estimates_stay_unbiased_with_honest_errors_when_devices_join_late() -> 
         assert np.all(np.abs(d.mean(axis=0) - truth_m) < 4 * np.sqrt(var / repeats)), e
         ratio = var / np.mean(np.square(errors[e]), axis=0)
         assert np.all(np.abs(ratio - 1) < 4 * math.sqrt(2 / repeats)), (e, ratio)
+        hits = np.array(covered[e])
+        assert abs(hits.mean() - 0.95) < 4 * math.sqrt(0.95 * 0.05 / hits.size), (e, hits.mean(axis=0))
 
 
 def test_exported_estimates_use_the_closed_rounds_only() -> None:

@@ -45,12 +45,11 @@ def stderr(variance: FloatArray) -> FloatArray:
     return np.sqrt(np.maximum(variance, 0.0))
 
 
-def delta_variance(
-    fn: Callable[[FloatArray], FloatArray], counts: FloatArray, cov: FloatArray, rel_step: float = 1e-6
+def delta_gradient(
+    fn: Callable[[FloatArray], FloatArray], counts: FloatArray, rel_step: float = 1e-6
 ) -> FloatArray:
-    """First-order (delta-method) variance of ``fn(counts)`` for estimators with no tidy
-    closed-form gradient (PrivKVM's iterations). ``counts`` is (G, J), ``cov`` (G, J, J);
-    the gradient is taken by central differences, one column at a time for all groups."""
+    """Gradient of ``fn(counts)`` per group by central differences, one column at a time for
+    all groups: ``counts`` is (G, J), the result (G, J)."""
     grads = np.empty_like(counts, dtype=np.float64)
     for j in range(counts.shape[1]):
         h = rel_step * np.maximum(np.abs(counts[:, j]), 1.0)
@@ -59,4 +58,13 @@ def delta_variance(
         up[:, j] += h
         down[:, j] -= h
         grads[:, j] = (fn(up) - fn(down)) / (2 * h)
-    return quad(grads, cov)
+    return grads
+
+
+def delta_variance(
+    fn: Callable[[FloatArray], FloatArray], counts: FloatArray, cov: FloatArray, rel_step: float = 1e-6
+) -> FloatArray:
+    """First-order (delta-method) variance of ``fn(counts)`` for estimators with no tidy
+    closed-form gradient (PrivKVM's iterations). ``counts`` is (G, J), ``cov`` (G, J, J);
+    the gradient is :func:`delta_gradient`'s."""
+    return quad(delta_gradient(fn, counts, rel_step), cov)

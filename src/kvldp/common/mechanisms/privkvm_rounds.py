@@ -104,8 +104,9 @@ class PrivKVMRounds(Mechanism):
         return Stats(self, {"counts": counts, "n": np.array([int(counts.sum())], dtype=np.int64)})
 
     def published_means(self, counts: FloatArray) -> FloatArray:
-        """m^(0..c): m^(0) = 0 and m^(r) from round r's counts (the server's recursion)."""
-        means = np.zeros((self.rounds + 1, self.d))
+        """m^(0..c): m^(0) = 0 and m^(r) from round r's counts (the server's recursion); the
+        keys are ``counts``' second axis."""
+        means = np.zeros((self.rounds + 1, counts.shape[1]))
         for r in range(self.rounds):
             means[r + 1] = self.next_means(counts, r, means[r])
         return means
