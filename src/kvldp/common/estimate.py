@@ -59,7 +59,7 @@ class Estimate:
         return np.clip(self.frequency, 0.0, 1.0)
 
     def to_dict(self, keys: list[str] | None = None) -> dict[str, Any]:
-        """JSON-ready form; NaN becomes None."""
+        """JSON-ready form with the 95% intervals' ends; NaN becomes None."""
         names = keys or [str(i) for i in range(self.frequency.shape[0])]
 
         def col(a: FloatArray) -> dict[str, float | None]:
@@ -73,6 +73,10 @@ class Estimate:
             "frequency_stderr": col(self.frequency_stderr),
             "mean": col(self.mean),
             "mean_stderr": col(self.mean_stderr),
+            "frequency_low": col(self.frequency_interval[0]),
+            "frequency_high": col(self.frequency_interval[1]),
+            "mean_low": col(self.mean_interval[0]),
+            "mean_high": col(self.mean_interval[1]),
             "diagnostics": {k: _jsonable(v) for k, v in self.diagnostics.items()},
         }
 
