@@ -130,14 +130,21 @@ def _pckv_draws(
     two-type model behind the analytic variances (:meth:`PCKVEstimation.count_covariance`),
     at the linear estimate of the expected counts (which reproduces their expectation):
     n f_j holders with the symbol probabilities of
-    :meth:`PCKVEstimation.holder_probabilities`, the other users at b/2 each, multinomial
-    per group. Keys are drawn independently (their covariance is of order 1/d of the
-    variances)."""
+    :meth:`PCKVEstimation.holder_probabilities` at the ratio N/D of the expected counts,
+    the other users at b/2 each, multinomial per group. The ratio, not the ``unbiased``
+    mean: that is NaN where the mean is not estimable, and drawing those keys at mean 0
+    would hide their true means from the estimator under test. Keys are drawn
+    independently (their covariance is of order 1/d of the variances)."""
     expected = mechanism.expected_stats(users)
     n = round(float(expected.arrays["n"][0]) * scale_users)
-    point = mechanism.estimate(expected, "unbiased")
-    holders = np.rint(n * np.clip(point.frequency, 0.0, 1.0)).astype(np.int64)
-    qp, qm = mechanism.holder_probabilities(np.clip(np.nan_to_num(point.mean, nan=0.0), -1.0, 1.0))
+    n_expected = float(expected.arrays["n"][0])
+    n1, n2 = (expected.arrays[k].astype(np.float64) for k in ("n1", "n2"))
+    frequency = mechanism.baseline_frequency(n_expected, n1, n2)
+    holders = np.rint(n * np.clip(frequency, 0.0, 1.0)).astype(np.int64)
+    up, down = mechanism.linear_counts(n_expected, n1, n2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (up - down) / (up + down)
+    qp, qm = mechanism.holder_probabilities(np.clip(np.nan_to_num(ratio, nan=0.0), -1.0, 1.0))
     half_b = mechanism.b / 2.0
     held = np.stack([qp, qm, 1.0 - qp - qm], axis=1)
     rest = np.array([half_b, half_b, 1.0 - 2 * half_b])
