@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvldp.common.clipped_normal import normal_cdf
+from kvldp.common.estimate import Z95
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
@@ -66,15 +68,22 @@ def predict(
     composition: the variances are first order in 1/n, the bias does not depend on n.
     """
     true_f, true_m = users.truth()
-    est = mechanism.estimate(mechanism.expected_stats(users), estimator)
+    expected = mechanism.expected_stats(users)
+    est = mechanism.estimate(expected, estimator)
     bias_f = est.frequency - true_f
     var_f = est.frequency_stderr**2 / scale_users
     if mechanism.collects_values:
-        bias_m = est.mean - true_m
+        point, sigma = est.mean, est.mean_stderr / math.sqrt(scale_users)
+        estimable = np.isfinite(est.mean).astype(np.float64)
+        if isinstance(mechanism, (PCKVEstimation, KeySampledMechanism)) and (
+            estimator in mechanism.not_estimable_nan
+        ):
+            point, estimable, sigma = _estimable_mean(mechanism, expected, est.mean, scale_users)
         # a mean left not estimable is scored as 0, as ``kvldp evaluate`` scores it
         with np.errstate(invalid="ignore"):
-            answered = clipped_normal_mse(est.mean, est.mean_stderr / math.sqrt(scale_users), true_m)
-        mse_m = np.where(np.isfinite(est.mean), answered, true_m**2)
+            answered = clipped_normal_mse(point, sigma, true_m)
+        mse_m = np.where(estimable > 0, estimable * answered, 0.0) + (1.0 - estimable) * true_m**2
+        bias_m = estimable * (point - true_m) - (1.0 - estimable) * true_m
     else:
         bias_m = np.full_like(true_f, np.nan)
         mse_m = bias_m.copy()
@@ -84,6 +93,24 @@ def predict(
         bias_frequency=bias_f,
         bias_mean=bias_m,
     )
+
+
+def _estimable_mean(
+    mechanism: PCKVEstimation | KeySampledMechanism, expected: Stats, mean: FloatArray, scale_users: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(answered mean, P(estimable), its spread) per key of an estimator whose mean is NaN
+    where it is not estimable.
+
+    The key's mean is estimable where its denominator D (the estimated holders) is
+    significantly above 0, D > Z95 sd(D); with D normal around its expectation,
+    P(estimable) = Phi(E[D]/sd(D) - Z95), sd(D) shrinking as 1/sqrt(scale_users). The
+    answered mean is the estimator's at the expected statistics, or the linear ratio
+    where the expectation itself is not estimable; its spread is the first-order one.
+    """
+    linear, z, sd_m = mechanism.first_order_mean(expected)
+    root = math.sqrt(scale_users)
+    estimable = np.nan_to_num(normal_cdf(z * root - Z95), nan=0.0)
+    return np.where(np.isfinite(mean), mean, linear), estimable, sd_m / root
 
 
 def predict_by_draws(
