@@ -9,7 +9,10 @@ variances at that point (docs/mechanisms.md, *Predicted errors*; delta method fo
 per key. Means are clipped into [-1, 1] by every estimator, so the mean's squared
 error is that of a clipped normal, E[(clip(X, -1, 1) - m)^2] with X ~ N(E m^, Var m^):
 where the delta-method variance is large (few holders per key) the clipped error stays
-bounded, as the estimates do. The same numbers serve ``kvldp advise`` and the "theory" rows of
+bounded, as the estimates do. An estimator that leaves a mean not estimable (its holders
+not significantly above none) answers with probability P(estimable), from the normal
+approximation of the holders' estimate, and its NaN is scored as 0: the key's squared
+error is P times the clipped-normal one plus (1 - P) m^2. The same numbers serve ``kvldp advise`` and the "theory" rows of
 ``kvldp evaluate --experiment``.
 
 A nonlinear estimator whose error is not a function of the first-order variances alone
