@@ -277,3 +277,23 @@ def test_advice_says_which_ell_and_why_from_the_pairs_per_device() -> None:
             assert f"{np.mean(sizes > ell):.1%} of devices hold more than ell" in advice.why
         else:
             assert "covers every device's pairs" in advice.why
+
+
+@pytest.mark.parametrize("name", ["kvue", "kvoh", "f2m"])
+def test_analytic_prediction_models_the_share_of_estimable_means(name: str) -> None:
+    """A mean is not estimable where its holders are not significantly above none
+    (d = 10, eps = 1, 2,000 holders per key of 20,000 devices: P(estimable) 0.36-0.91):
+    P = Phi(E[D]/sd(D) - Z95) against the share of R = 60 collections x 10 keys that answer,
+    within 4 binomial standard errors; and the prediction is finite on every key."""
+    d, eps, repeats = 10, 1.0, 60
+    pop = reference_population(d, 1, 20_000)
+    mech = create(name, d, eps)
+    _, z, _ = mech.first_order_mean(mech.expected_stats(pop))
+    p = float(np.mean(0.5 * (1 + np.vectorize(math.erf)((z - 1.959963984540054) / math.sqrt(2)))))
+    rng = np.random.default_rng(7)
+    answered = np.mean(
+        [np.isfinite(mech.estimate(mech.collect(pop, rng), "unbiased").mean) for _ in range(repeats)]
+    )
+    assert 0.3 < p < 0.95
+    assert abs(answered - p) < 4 * math.sqrt(p * (1 - p) / (repeats * d)), (answered, p)
+    assert np.all(np.isfinite(predict(mech, pop).mse_mean))

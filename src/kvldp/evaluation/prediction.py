@@ -9,7 +9,10 @@ variances at that point (docs/mechanisms.md, *Predicted errors*; delta method fo
 per key. Means are clipped into [-1, 1] by every estimator, so the mean's squared
 error is that of a clipped normal, E[(clip(X, -1, 1) - m)^2] with X ~ N(E m^, Var m^):
 where the delta-method variance is large (few holders per key) the clipped error stays
-bounded, as the estimates do. The same numbers serve ``kvldp advise`` and the "theory" rows of
+bounded, as the estimates do. An estimator that leaves a mean not estimable (its holders
+not significantly above none) answers with probability P(estimable), from the normal
+approximation of the holders' estimate, and its NaN is scored as 0: the key's squared
+error is P times the clipped-normal one plus (1 - P) m^2. The same numbers serve ``kvldp advise`` and the "theory" rows of
 ``kvldp evaluate --experiment``.
 
 A nonlinear estimator whose error is not a function of the first-order variances alone
@@ -28,6 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvldp.common.clipped_normal import normal_cdf
+from kvldp.common.estimate import Z95
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
@@ -66,15 +71,22 @@ def predict(
     composition: the variances are first order in 1/n, the bias does not depend on n.
     """
     true_f, true_m = users.truth()
-    est = mechanism.estimate(mechanism.expected_stats(users), estimator)
+    expected = mechanism.expected_stats(users)
+    est = mechanism.estimate(expected, estimator)
     bias_f = est.frequency - true_f
     var_f = est.frequency_stderr**2 / scale_users
     if mechanism.collects_values:
-        bias_m = est.mean - true_m
+        point, sigma = est.mean, est.mean_stderr / math.sqrt(scale_users)
+        estimable = np.isfinite(est.mean).astype(np.float64)
+        if isinstance(mechanism, (PCKVEstimation, KeySampledMechanism)) and (
+            estimator in mechanism.not_estimable_nan
+        ):
+            point, estimable, sigma = _estimable_mean(mechanism, expected, est.mean, scale_users)
         # a mean left not estimable is scored as 0, as ``kvldp evaluate`` scores it
         with np.errstate(invalid="ignore"):
-            answered = clipped_normal_mse(est.mean, est.mean_stderr / math.sqrt(scale_users), true_m)
-        mse_m = np.where(np.isfinite(est.mean), answered, true_m**2)
+            answered = clipped_normal_mse(point, sigma, true_m)
+        mse_m = np.where(estimable > 0, estimable * answered, 0.0) + (1.0 - estimable) * true_m**2
+        bias_m = estimable * (point - true_m) - (1.0 - estimable) * true_m
     else:
         bias_m = np.full_like(true_f, np.nan)
         mse_m = bias_m.copy()
@@ -84,6 +96,24 @@ def predict(
         bias_frequency=bias_f,
         bias_mean=bias_m,
     )
+
+
+def _estimable_mean(
+    mechanism: PCKVEstimation | KeySampledMechanism, expected: Stats, mean: FloatArray, scale_users: float
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(answered mean, P(estimable), its spread) per key of an estimator whose mean is NaN
+    where it is not estimable.
+
+    The key's mean is estimable where its denominator D (the estimated holders) is
+    significantly above 0, D > Z95 sd(D); with D normal around its expectation,
+    P(estimable) = Phi(E[D]/sd(D) - Z95), sd(D) shrinking as 1/sqrt(scale_users). The
+    answered mean is the estimator's at the expected statistics, or the linear ratio
+    where the expectation itself is not estimable; its spread is the first-order one.
+    """
+    linear, z, sd_m = mechanism.first_order_mean(expected)
+    root = math.sqrt(scale_users)
+    estimable = np.nan_to_num(normal_cdf(z * root - Z95), nan=0.0)
+    return np.where(np.isfinite(mean), mean, linear), estimable, sd_m / root
 
 
 def predict_by_draws(
@@ -130,14 +160,21 @@ def _pckv_draws(
     two-type model behind the analytic variances (:meth:`PCKVEstimation.count_covariance`),
     at the linear estimate of the expected counts (which reproduces their expectation):
     n f_j holders with the symbol probabilities of
-    :meth:`PCKVEstimation.holder_probabilities`, the other users at b/2 each, multinomial
-    per group. Keys are drawn independently (their covariance is of order 1/d of the
-    variances)."""
+    :meth:`PCKVEstimation.holder_probabilities` at the ratio N/D of the expected counts,
+    the other users at b/2 each, multinomial per group. The ratio, not the ``unbiased``
+    mean: that is NaN where the mean is not estimable, and drawing those keys at mean 0
+    would hide their true means from the estimator under test. Keys are drawn
+    independently (their covariance is of order 1/d of the variances)."""
     expected = mechanism.expected_stats(users)
     n = round(float(expected.arrays["n"][0]) * scale_users)
-    point = mechanism.estimate(expected, "unbiased")
-    holders = np.rint(n * np.clip(point.frequency, 0.0, 1.0)).astype(np.int64)
-    qp, qm = mechanism.holder_probabilities(np.clip(np.nan_to_num(point.mean, nan=0.0), -1.0, 1.0))
+    n_expected = float(expected.arrays["n"][0])
+    n1, n2 = (expected.arrays[k].astype(np.float64) for k in ("n1", "n2"))
+    frequency = mechanism.baseline_frequency(n_expected, n1, n2)
+    holders = np.rint(n * np.clip(frequency, 0.0, 1.0)).astype(np.int64)
+    up, down = mechanism.linear_counts(n_expected, n1, n2)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (up - down) / (up + down)
+    qp, qm = mechanism.holder_probabilities(np.clip(np.nan_to_num(ratio, nan=0.0), -1.0, 1.0))
     half_b = mechanism.b / 2.0
     held = np.stack([qp, qm, 1.0 - qp - qm], axis=1)
     rest = np.array([half_b, half_b, 1.0 - 2 * half_b])

@@ -112,6 +112,8 @@ class KeySampledMechanism(Mechanism):
 
     symbol_field: ClassVar[str]
     estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "em", "normsub", "eb")
+    #: the estimators whose mean is NaN where it is not estimable (every one but ``eb``)
+    not_estimable_nan: ClassVar[frozenset[str]] = frozenset({"unbiased", "paper", "em", "em4", "normsub"})
 
     # --------------------------------------------------------------- model
     @abc.abstractmethod
@@ -233,6 +235,32 @@ class KeySampledMechanism(Mechanism):
             raw[:, POS] - raw[:, NEG], freq, quad(D_ROW, cov), quad(F_ROW, cov), quad2(D_ROW, F_ROW, cov)
         )
         return se, f_lo, f_hi, m_lo, m_hi, estimable
+
+    def first_order_mean(self, stats: Stats) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(mean, D / sd(D), sd(mean)) per key of the closed-form estimate at ``stats``.
+
+        The mean is ``unbiased``'s, whether or not it is estimable; D is the raw frequency
+        (the mean's denominator), whose significance decides estimability; sd(mean) is the
+        delta method's at the plug-in states, unclipped (the interval-implied standard error
+        is smaller where [-1, 1] binds, which a clipped-normal prediction counts already).
+        """
+        counts, theta_hat, projected = self._linear(stats)
+        reports = counts.sum(axis=1)
+        cov = self._state_covariance(projected, reports, stats.n_reports, efficient=False)
+        freq = theta_hat[:, NEG] + theta_hat[:, POS]
+        grad = mean_gradient(theta_hat)
+        var_m = np.einsum("gi,gij,gj->g", grad, cov, grad)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.clip((theta_hat[:, POS] - theta_hat[:, NEG]) / freq, -1.0, 1.0)
+            z = freq / stderr(quad(F_ROW, cov))
+        point = self._mean_of(theta_hat, reports)
+        mean = np.where(np.isfinite(point), point, ratio)
+        none = reports <= 0
+        return (
+            np.where(none, np.nan, mean),
+            np.where(none, np.nan, z),
+            np.where(none, np.nan, stderr(var_m)),
+        )
 
     def _projected_errors(
         self, theta: FloatArray, cov: FloatArray, reports: FloatArray

@@ -139,6 +139,9 @@ class PCKVEstimation(Mechanism):
     """
 
     estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "paper", "em", "normsub", "eb")
+    #: the estimators whose mean is NaN where it is not estimable (``paper`` prints its
+    #: artefact, ``eb`` the prior's centre)
+    not_estimable_nan: ClassVar[frozenset[str]] = frozenset({"unbiased", "em", "normsub"})
 
     ell: int
     count_floor: float
@@ -276,6 +279,24 @@ class PCKVEstimation(Mechanism):
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.clip(num / den, -1.0, 1.0)
         return InferenceBasis(raw, raw_se, f_lo, f_hi, m_lo, m_hi, estimable, ratio)
+
+    def first_order_mean(self, stats: Stats) -> tuple[FloatArray, FloatArray, FloatArray]:
+        """(mean, D / sd(D), sd(mean)) per key of the linear estimate at ``stats``.
+
+        The mean is the ratio N/D of the basis, whether or not it is estimable; D = N_j,
+        whose significance decides estimability (:meth:`inference_basis`); sd(mean) is the
+        delta method's of :meth:`variances`, unclipped (the interval-implied standard error
+        is smaller where [-1, 1] binds, which a clipped-normal prediction counts already).
+        """
+        n = float(stats.arrays["n"][0])
+        n1 = stats.arrays["n1"].astype(np.float64)
+        n2 = stats.arrays["n2"].astype(np.float64)
+        basis = self.inference_basis(n, n1, n2, np.zeros(self.d))
+        mean = np.nan_to_num(basis.ratio, nan=0.0)
+        var_f, var_m = self.variances(n, basis.raw, mean)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            z = basis.raw / stderr(var_f)
+        return mean, z, stderr(var_m)
 
     def _answered(self, mean: FloatArray, basis: InferenceBasis) -> FloatArray:
         """An estimator's mean where the key's mean is estimable (NaN elsewhere); where the
