@@ -326,6 +326,8 @@ def test_a_projected_point_keeps_the_basis_interval_widened_to_hold_it() -> None
     assert ans.frequency_interval == (exact.frequency_interval[0], 0.9)
     assert ans.mean_interval == (exact.mean_interval[0], 1.0)
     assert ans.frequency_stderr == pytest.approx((0.9 - exact.frequency_interval[0]) / (2 * Z95))
+    # the mean's MSE: the basis mean's squared standard error plus the squared distance to it
+    assert ans.mean_stderr == pytest.approx(math.hypot(exact.mean_stderr, 1.0 - exact.mean))
     # a point whose holders were projected away takes the basis ratio
     oracle = TwoEstimatorOracle(basis, np.array([0.0, 0.0, 0.0, 50.0]), cov)
     (ans,) = answer_queries(oracle, stats, [query], "normsub")

@@ -17,7 +17,8 @@ significantly nonzero is *not estimable* (NaN, with the reason in the diagnostic
 data cannot tell the users it divides by from nobody. The standard error of a frequency
 is the one its interval implies (the analytic one for a raw unbiased frequency); a mean's
 is the reach of its interval from the point, which stays near the clipped point's RMSE
-where the range cuts the interval on one side.
+where the range cuts the interval on one side; a projected mean's adds the square of its
+distance from the basis mean, an estimate of its bias.
 """
 
 from __future__ import annotations
@@ -186,14 +187,18 @@ def _answers(
     raw_m = _fallback(_ratio(p.pos - p.neg, p.pos + p.neg), _ratio(b.pos - b.neg, b.pos + b.neg))
     mean = np.where(m_ok, np.clip(raw_m, -1.0, 1.0), np.nan)
 
+    # the basis mean's standard error; a projected mean's MSE adds its estimated squared
+    # bias, its distance from the basis mean (the projection pulls S+ and S- alike)
+    basis_m = np.clip(_ratio(b.pos - b.neg, b.pos + b.neg), -1.0, 1.0)
+    m_se = _reach(basis_m, m_lo, m_hi)
     if estimator != "unbiased":  # a projected point may leave the basis interval: widen it
         f_lo, f_hi = np.fmin(f_lo, frequency), np.fmax(f_hi, frequency)
         m_lo, m_hi = np.fmin(m_lo, mean), np.fmax(m_hi, mean)
+        m_se = np.hypot(m_se, mean - basis_m)
     f_lo, f_hi = np.where(f_ok, f_lo, np.nan), np.where(f_ok, f_hi, np.nan)
     f_se = np.where(
         empty & (estimator == "unbiased") & (not clip_frequency), f_se_raw, interval_stderr(f_lo, f_hi)
     )
-    m_se = _reach(mean, m_lo, m_hi)
     return [
         ConditionalEstimate(
             query=q,
