@@ -31,6 +31,7 @@ from kvldp.common.conditional import (
     joint_states,
     parse_query,
 )
+from kvldp.common.estimate import Z95
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.stats import Stats
@@ -234,26 +235,100 @@ def test_joint_state_probabilities_match_digits() -> None:
 
 
 # --------------------------------------------------------------------------- generic ratio algebra
+def fieller_set(num: float, den: float, v_num: float, v_den: float, cov: float, low: float) -> np.ndarray:
+    """The grid points m in [low, 1] with (num - m den)^2 <= Z95^2 Var(num - m den)."""
+    m = np.linspace(low, 1.0, 200_001)
+    return m[(num - m * den) ** 2 <= Z95**2 * (v_num - 2 * m * cov + m * m * v_den)]
+
+
 def test_answer_queries_uses_covariances() -> None:
+    """Fieller's intervals on the sums and their covariance; the standard error is the
+    interval's, which tends to the delta method's as the noise shrinks."""
     rng = np.random.default_rng(5)
     root = rng.standard_normal((4, 4))
-    cov = root @ root.T
     num, pos, neg, den = 30.0, 20.0, 10.0, 60.0
     stats = Stats(IOH(3, 1.0), {"C": np.zeros(27, dtype=np.int64), "n": np.array([100])})
-    oracle = FixedOracle(np.array([num, pos, neg, den]), cov)
-    (ans,) = answer_queries(oracle, stats, [parse_query("pepsi | fries=1", NAMES)])
-    r = num / den
-    assert ans.frequency == pytest.approx(r)
+    for scale in (10.0, 1e-4):
+        cov = scale * root @ root.T
+        oracle = FixedOracle(np.array([num, pos, neg, den]), cov)
+        (ans,) = answer_queries(oracle, stats, [parse_query("pepsi | fries=1", NAMES)])
+        r = num / den
+        assert ans.frequency == pytest.approx(r)
+        inside = fieller_set(num, den, cov[0, 0], cov[3, 3], cov[0, 3], 0.0)
+        np.testing.assert_allclose(ans.frequency_interval, (inside.min(), inside.max()), atol=1e-5)
+        assert ans.frequency_stderr == pytest.approx((inside.max() - inside.min()) / (2 * Z95), abs=1e-5)
+        # the mean's set holds Disc's variance of the holders' values, H (1 - m^2)
+        m = (pos - neg) / (pos + neg)
+        v_pp, v_nn, c_pn = cov[1, 1], cov[2, 2], cov[1, 2]
+        inside = fieller_set(
+            pos - neg, pos + neg, v_pp + v_nn - 2 * c_pn + 30, v_pp + v_nn + 2 * c_pn - 30, v_pp - v_nn, -1.0
+        )
+        assert ans.mean == pytest.approx(m)
+        np.testing.assert_allclose(ans.mean_interval, (inside.min(), inside.max()), atol=1e-5)
+        # the mean's standard error reaches from the point to the farther end
+        reach = max(m - inside.min(), inside.max() - m) / Z95
+        assert ans.mean_stderr == pytest.approx(reach, abs=1e-5)
+    # small noise: the delta method's standard error of the frequency (the mean's set keeps
+    # Disc's variance, which does not shrink with the oracle's noise)
     assert ans.frequency_stderr**2 == pytest.approx(
-        (cov[0, 0] - 2 * r * cov[0, 3] + r * r * cov[3, 3]) / den**2
+        (cov[0, 0] - 2 * r * cov[0, 3] + r * r * cov[3, 3]) / den**2, rel=1e-3
     )
-    grad = np.array([2 * neg, -2 * pos]) / (pos + neg) ** 2
-    m = (pos - neg) / (pos + neg)
-    assert ans.mean == pytest.approx(m)
-    assert ans.mean_stderr**2 == pytest.approx(grad @ cov[1:3, 1:3] @ grad + (1 - m * m) / (pos + neg))
     # an empty condition divides by the known n, with no denominator variance
     (ans,) = answer_queries(
         FixedOracle(np.array([num, pos, neg]), cov[:3, :3]), stats, [parse_query("pepsi", NAMES)]
     )
     assert (ans.frequency, ans.denominator) == (0.3, 100.0)
     assert ans.frequency_stderr == pytest.approx(math.sqrt(cov[0, 0]) / 100)
+
+
+def test_a_ratio_over_an_insignificant_count() -> None:
+    """Denominator 60 with sd 40 (60^2 < 1.96^2 1600): the condition's users cannot be told
+    from nobody, so f's interval is the whole [0, 1]; holders 30 with sd 20 make the mean
+    not estimable (NaN, with the reason)."""
+    stats = Stats(IOH(3, 1.0), {"C": np.zeros(27, dtype=np.int64), "n": np.array([100])})
+    cov = np.diag([400.0, 200.0, 200.0, 1600.0])
+    query = parse_query("pepsi | fries=1", NAMES)
+    (ans,) = answer_queries(FixedOracle(np.array([30.0, 20.0, 10.0, 60.0]), cov), stats, [query])
+    assert ans.frequency == 0.5 and ans.frequency_interval == (0.0, 1.0)
+    assert ans.frequency_stderr == pytest.approx(1 / (2 * Z95))
+    assert "[0, 1]" in ans.diagnostics["frequency_interval_unbounded"]
+    assert math.isnan(ans.mean) and math.isnan(ans.mean_stderr)
+    assert all(math.isnan(v) for v in ans.mean_interval)
+    assert "not estimable" in ans.diagnostics["mean_undefined"]
+    # the same sums, precise: a bounded interval and a mean
+    (ans,) = answer_queries(FixedOracle(np.array([30.0, 20.0, 10.0, 60.0]), cov / 100), stats, [query])
+    assert ans.frequency_interval[1] - ans.frequency_interval[0] < 0.5 and math.isfinite(ans.mean_stderr)
+    assert "frequency_interval_unbounded" not in ans.diagnostics
+
+
+class TwoEstimatorOracle:
+    """Different sums for ``unbiased`` (the basis) and any other estimator (the point)."""
+
+    def __init__(self, basis: np.ndarray, point: np.ndarray, covariance: np.ndarray) -> None:
+        self.basis, self.point, self.covariance = basis, point, covariance
+
+    def cell_sums(
+        self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
+    ) -> list[CellSums]:
+        sums = self.basis if estimator == "unbiased" else self.point
+        return [CellSums(sums, self.covariance) for _ in groups]
+
+
+def test_a_projected_point_keeps_the_basis_interval_widened_to_hold_it() -> None:
+    stats = Stats(IOH(3, 1.0), {"C": np.zeros(27, dtype=np.int64), "n": np.array([100])})
+    cov = np.diag([4.0, 2.0, 2.0, 16.0])
+    basis = np.array([30.0, 20.0, 10.0, 60.0])
+    query = parse_query("pepsi | fries=1", NAMES)
+    (exact,) = answer_queries(FixedOracle(basis, cov), stats, [query])
+    oracle = TwoEstimatorOracle(basis, np.array([45.0, 45.0, 0.0, 50.0]), cov)
+    (ans,) = answer_queries(oracle, stats, [query], "normsub")
+    assert (ans.frequency, ans.mean) == (0.9, 1.0)  # the point's
+    assert ans.frequency_interval == (exact.frequency_interval[0], 0.9)
+    assert ans.mean_interval == (exact.mean_interval[0], 1.0)
+    assert ans.frequency_stderr == pytest.approx((0.9 - exact.frequency_interval[0]) / (2 * Z95))
+    # the mean's MSE: the basis mean's squared standard error plus the squared distance to it
+    assert ans.mean_stderr == pytest.approx(math.hypot(exact.mean_stderr, 1.0 - exact.mean))
+    # a point whose holders were projected away takes the basis ratio
+    oracle = TwoEstimatorOracle(basis, np.array([0.0, 0.0, 0.0, 50.0]), cov)
+    (ans,) = answer_queries(oracle, stats, [query], "normsub")
+    assert ans.frequency == 0.0 and ans.mean == pytest.approx(exact.mean)

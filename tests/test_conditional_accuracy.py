@@ -1,20 +1,22 @@
 """Conditional analysis accuracy: IOH, IOH with OUE bits and low-order Hadamard.
 
 Fixed seeds; every tolerance is a fixed acceptance bound or derives from a variance:
-the standard error of a Monte-Carlo MSE (from its repeats), or sqrt(2/R) for an
-empirical variance ratio.
+the standard error of a Monte-Carlo MSE (from its repeats), sqrt(2/R) for an
+empirical variance ratio, the binomial spread of an interval's coverage.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import pytest
 
-from kvldp.common.conditional import ConditionalQuery, conditional_truth
+from kvldp.common.conditional import ConditionalEstimate, ConditionalQuery, conditional_truth
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.ioh import JointStateMechanism
+from kvldp.evaluation.calibration import QuantityCalibration, summarise
 from kvldp.sim.datasets import generate
 
 
@@ -116,3 +118,57 @@ def test_empirical_variance_within_twenty_percent_of_the_formula(name: str) -> N
     assert np.all(np.abs(f.mean(axis=0) - truth[:, 0]) < 4 * np.sqrt(f_var / repeats))
     assert np.all(np.abs(f.var(axis=0, ddof=1) / f_var - 1) < 0.2), f.var(axis=0, ddof=1) / f_var
     assert np.all(np.abs(m.var(axis=0, ddof=1) / m_var - 1) < 0.2), m.var(axis=0, ddof=1) / m_var
+
+
+def error_bars(
+    mech: JointStateMechanism, estimator: str, repeats: int, n: int, seed: int
+) -> tuple[QuantityCalibration, QuantityCalibration]:
+    """Coverage and stderr/RMSE of the conditional frequencies and means of every 1- and
+    2-way query over ``repeats`` collections of the ``conditional`` population."""
+    d = mech.d
+    data = generate("conditional", n, d, seed=seed).users
+    queries = [ConditionalQuery.build(d, k) for k in range(d)] + two_way(d)
+    truth = np.array([conditional_truth(data, q) for q in queries])
+    rng = np.random.default_rng(seed + 1)
+    rows = [mech.conditional_many(mech.collect(data, rng), queries, estimator) for _ in range(repeats)]
+
+    def column(get: Callable[[ConditionalEstimate], float]) -> np.ndarray:
+        return np.array([[get(a) for a in row] for row in rows])
+
+    freq = summarise(
+        column(lambda a: a.frequency),
+        column(lambda a: a.frequency_stderr),
+        column(lambda a: a.frequency_interval[0]),
+        column(lambda a: a.frequency_interval[1]),
+        truth[:, 0],
+    )
+    mean = summarise(
+        column(lambda a: a.mean),
+        column(lambda a: a.mean_stderr),
+        column(lambda a: a.mean_interval[0]),
+        column(lambda a: a.mean_interval[1]),
+        truth[:, 1],
+    )
+    return freq, mean
+
+
+@pytest.mark.parametrize("name", ["ioh", "ioh_hrr"])
+def test_conditional_error_bars_are_calibrated(name: str) -> None:
+    """eps = 4, n = 10,000, d = 4, R = 120 collections x 28 queries: coverage within 4 sd
+    of its binomial spread, sqrt(0.95 0.05 / pairs), of 0.95, and the median stderr/RMSE
+    within 2 sd of one key's ratio, 1/sqrt(2R), of 1 (the median of 28 keys spreads less)."""
+    repeats = 120
+    for quantity in error_bars(create(name, 4, 4.0), "unbiased", repeats, 10_000, seed=11):  # type: ignore[arg-type]
+        assert quantity.answered == 1.0
+        assert abs(quantity.coverage - 0.95) <= 4 * math.sqrt(0.95 * 0.05 / quantity.pairs), quantity
+        assert abs(quantity.ratio - 1.0) <= 2 / math.sqrt(2 * repeats), quantity
+
+
+def test_normsub_conditional_error_bars_are_never_narrow() -> None:
+    """The projected point keeps the unbiased basis's intervals (widened to hold it): at
+    eps = 2, coverage at least 0.95 less 4 sd and stderr/RMSE at least 1 less 2 sd
+    (a projected point errs less than the basis it is bounded by)."""
+    repeats = 120
+    for quantity in error_bars(create("ioh", 4, 2.0), "normsub", repeats, 10_000, seed=12):  # type: ignore[arg-type]
+        assert quantity.coverage >= 0.95 - 4 * math.sqrt(0.95 * 0.05 / quantity.pairs), quantity
+        assert quantity.ratio >= 1.0 - 2 / math.sqrt(2 * repeats), quantity

@@ -1,14 +1,24 @@
-"""Estimated answers of conditional queries: f(k|C) and m(k|C) with standard errors.
+"""Estimated answers of conditional queries: f(k|C) and m(k|C) with calibrated error bars.
 
 A mechanism implements :class:`CellSumOracle` (estimated counts of groups of product
 sets with their covariance matrix *within* each group); :func:`answer_queries` turns
-those counts into f(k|C) = F^{a'}_{b'} / F^a_b and m(k|C) = (S+ - S-) / (S+ + S-) with
-delta-method standard errors and kvldp's corrections (NaN for a denominator <= 0,
-clipping, the known n for an empty condition). A full covariance (not "disjoint sets are
-independent") keeps the ratio algebra valid for mechanisms whose cell estimates are
-correlated, such as Hadamard coefficients (docs/mechanisms.md, *Answering a conditional
-query*). The sets come from
+those counts into f(k|C) = F^{a'}_{b'} / F^a_b and m(k|C) = (S+ - S-) / (S+ + S-).
+A full covariance (not "disjoint sets are independent") keeps the ratio algebra valid
+for mechanisms whose cell estimates are correlated, such as Hadamard coefficients
+(docs/mechanisms.md, *Answering a conditional query*). The sets come from
 :meth:`ConditionalQuery.sets` of :mod:`~kvldp.common.conditional.query`.
+
+Error bars come from the *inference basis*, the ``unbiased`` estimator's cell sums,
+whatever estimator gives the point (docs/mechanisms.md, *Calibration of standard
+errors*): a frequency over the known n has the clipped interval of its raw value, every
+other ratio Fieller's interval (:mod:`kvldp.common.intervals`), the mean's with Disc's
+variance of the holders' values inside it. A ratio whose denominator is not
+significantly nonzero is *not estimable* (NaN, with the reason in the diagnostics): the
+data cannot tell the users it divides by from nobody. The standard error of a frequency
+is the one its interval implies (the analytic one for a raw unbiased frequency); a mean's
+is the reach of its interval from the point, which stays near the clipped point's RMSE
+where the range cuts the interval on one side; a projected mean's adds the square of its
+distance from the basis mean, an estimate of its bias.
 """
 
 from __future__ import annotations
@@ -19,9 +29,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvldp.common.conditional.cells import ProductSet
 from kvldp.common.conditional.query import ConditionalQuery
+from kvldp.common.estimate import Z95
+from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
 from kvldp.common.primitives import FloatArray
 from kvldp.common.stats import Stats
 
@@ -44,6 +57,9 @@ class CellSumOracle(Protocol):
         """For each group of product sets, the estimated number of users whose joint state
         lies in each set and the covariance of these estimates within the group.
 
+        Every oracle has an ``unbiased`` estimator whose sums are unbiased: they are the
+        inference basis of every estimator's error bars.
+
         Counts are of joint *state codes* after the device's Disc; the covariance is given
         those states (Disc's own randomness is accounted for by :func:`answer_queries`).
         Asking for a whole group at once lets a mechanism calibrate its statistics once
@@ -56,7 +72,9 @@ class CellSumOracle(Protocol):
 class ConditionalEstimate:
     """f(k|C) and m(k|C) with standard errors; the four counts are kept for diagnostics:
     ``numerator`` F^{a'}_{b'}, ``denominator`` F^a_b (n for an empty C), ``positive`` S+
-    and ``negative`` S-. A NaN answer is explained in ``diagnostics``."""
+    and ``negative`` S-. A NaN answer is explained in ``diagnostics``. The bounds are the
+    95% intervals (NaN where the answer is); the standard errors are the point
+    estimates' (see the module docstring)."""
 
     query: ConditionalQuery
     estimator: str
@@ -70,6 +88,8 @@ class ConditionalEstimate:
     negative: float
     n_reports: int
     diagnostics: Mapping[str, Any] = field(default_factory=dict)
+    frequency_interval: tuple[float, float] = (math.nan, math.nan)
+    mean_interval: tuple[float, float] = (math.nan, math.nan)
 
     def to_dict(self, names: Sequence[str] | None = None) -> dict[str, Any]:
         """JSON-ready form; NaN becomes None."""
@@ -97,58 +117,143 @@ class ConditionalEstimate:
         }
 
 
-def _answer(
-    query: ConditionalQuery, sums: CellSums, n: float, estimator: str, n_reports: int, clip_frequency: bool
-) -> ConditionalEstimate:
-    est = np.asarray(sums.estimates, dtype=np.float64)
-    cov = np.asarray(sums.covariance, dtype=np.float64)
-    num, pos, neg = float(est[0]), float(est[1]), float(est[2])
-    if query.condition.is_empty:
-        den, var_den, cov_nd = n, 0.0, 0.0
-    else:
-        den, var_den, cov_nd = float(est[3]), float(cov[3, 3]), float(cov[0, 3])
-    diag: dict[str, Any] = {}
+class _Columns:
+    """The group sums of many queries as columns: (Q,) counts and their covariances.
 
-    # f = Num / Den by the delta method with the Num-Den covariance; for IOH the sets are
-    # nested, so this is [V_num (1-r)^2 + r^2 V_rest] / Den^2 (docs/mechanisms.md, *IOH*).
-    if den > 0:
-        raw_f = num / den
-        var_f = (float(cov[0, 0]) - 2.0 * raw_f * cov_nd + raw_f * raw_f * var_den) / (den * den)
-        frequency = min(max(raw_f, 0.0), 1.0) if clip_frequency else raw_f
-        f_se = math.sqrt(max(var_f, 0.0))
-        diag["frequency_clipped"] = frequency != raw_f
-    else:
-        frequency = f_se = math.nan
-        diag["frequency_undefined"] = "estimated number of users meeting the condition is <= 0"
+    Group rows are numerator, S+, S-, then the denominator (absent for an empty condition,
+    whose denominator is the known n with no variance)."""
 
-    # m = (S+ - S-) / (S+ + S-): gradient (2 S-, -2 S+) / H^2 against the (S+, S-) covariance,
-    # plus Disc's variance of the holders' values, at most (1 - m^2) / H (attained when the
-    # holders share one value, the assumption PCKV's Theorem 4 and keysampled also make).
-    holders = pos + neg
-    if holders > 0:
-        raw_m = (pos - neg) / holders
-        mean = min(max(raw_m, -1.0), 1.0)
-        grad = np.array([2.0 * neg, -2.0 * pos]) / (holders * holders)
-        var_m = float(grad @ cov[1:3, 1:3] @ grad) + (1.0 - mean * mean) / holders
-        m_se = math.sqrt(max(var_m, 0.0))
-        diag["mean_clipped"] = mean != raw_m
-    else:
-        mean = m_se = math.nan
-        diag["mean_undefined"] = "estimated number of holders of the target key is <= 0"
-    return ConditionalEstimate(
-        query=query,
-        estimator=estimator,
-        frequency=frequency,
-        frequency_stderr=f_se,
-        mean=mean,
-        mean_stderr=m_se,
-        numerator=num,
-        denominator=den,
-        positive=pos,
-        negative=neg,
-        n_reports=n_reports,
-        diagnostics=diag,
+    def __init__(self, sums: Sequence[CellSums], empty: NDArray[np.bool_], n: float) -> None:
+        def entry(i: int, j: int, default: float) -> FloatArray:
+            return np.array(
+                [
+                    default if e and 3 in (i, j) else float(s.covariance[i, j])
+                    for s, e in zip(sums, empty, strict=True)
+                ]
+            )
+
+        def value(i: int, default: float) -> FloatArray:
+            return np.array(
+                [default if e and i == 3 else float(s.estimates[i]) for s, e in zip(sums, empty, strict=True)]
+            )
+
+        self.num, self.pos, self.neg, self.den = (value(i, n) for i in range(4))
+        self.v_num, self.v_den, self.c_num_den = entry(0, 0, 0.0), entry(3, 3, 0.0), entry(0, 3, 0.0)
+        self.v_pos, self.v_neg, self.c_pos_neg = entry(1, 1, 0.0), entry(2, 2, 0.0), entry(1, 2, 0.0)
+
+
+def _ratio(num: FloatArray, den: FloatArray) -> FloatArray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(den > 0, num / den, np.nan)
+
+
+def _answers(
+    queries: Sequence[ConditionalQuery],
+    point: Sequence[CellSums],
+    basis: Sequence[CellSums],
+    n: float,
+    estimator: str,
+    n_reports: int,
+    clip_frequency: bool,
+) -> list[ConditionalEstimate]:
+    empty = np.array([q.condition.is_empty for q in queries], dtype=bool)
+    p, b = _Columns(point, empty, n), _Columns(basis, empty, n)
+
+    # frequency: the raw value over the known n has a clipped interval; a ratio of two
+    # estimated counts Fieller's, which also says whether the denominator is significant
+    with np.errstate(invalid="ignore"):
+        f_se_raw = np.sqrt(np.maximum(b.v_num, 0.0)) / n if n > 0 else np.full(len(queries), np.nan)
+    f_lo, f_hi = clipped_interval(_ratio(b.num, b.den), f_se_raw)
+    c_lo, c_hi, c_ok = fieller_interval(b.num, b.den, b.v_num, b.v_den, b.c_num_den, 0.0, 1.0)
+    # an insignificant denominator leaves Fieller's set unbounded: the whole range [0, 1]
+    bounded = empty | (c_ok & (b.den > 0))
+    f_lo = np.where(empty, f_lo, np.where(bounded, c_lo, 0.0))
+    f_hi = np.where(empty, f_hi, np.where(bounded, c_hi, 1.0))
+    raw_f = _fallback(_ratio(p.num, p.den), _ratio(b.num, b.den))
+    f_ok = np.isfinite(raw_f)
+    frequency = np.where(f_ok, np.clip(raw_f, 0.0, 1.0) if clip_frequency else raw_f, np.nan)
+
+    # mean: N = S+ - S-, D = S+ + S-; Disc adds the sum over holders of 1 - v^2, which is
+    # H (1 - m^2) when they share the value m: exactly H more in Var N and H less in Var D
+    holders = np.clip(b.pos + b.neg, 0.0, max(n, 0.0))
+    m_lo, m_hi, m_ok = fieller_interval(
+        b.pos - b.neg,
+        b.pos + b.neg,
+        b.v_pos + b.v_neg - 2.0 * b.c_pos_neg + holders,
+        b.v_pos + b.v_neg + 2.0 * b.c_pos_neg - holders,
+        b.v_pos - b.v_neg,
     )
+    m_ok &= b.pos + b.neg > 0
+    raw_m = _fallback(_ratio(p.pos - p.neg, p.pos + p.neg), _ratio(b.pos - b.neg, b.pos + b.neg))
+    mean = np.where(m_ok, np.clip(raw_m, -1.0, 1.0), np.nan)
+
+    # the basis mean's standard error; a projected mean's MSE adds its estimated squared
+    # bias, its distance from the basis mean (the projection pulls S+ and S- alike)
+    basis_m = np.clip(_ratio(b.pos - b.neg, b.pos + b.neg), -1.0, 1.0)
+    m_se = _reach(basis_m, m_lo, m_hi)
+    if estimator != "unbiased":  # a projected point may leave the basis interval: widen it
+        f_lo, f_hi = np.fmin(f_lo, frequency), np.fmax(f_hi, frequency)
+        m_lo, m_hi = np.fmin(m_lo, mean), np.fmax(m_hi, mean)
+        m_se = np.hypot(m_se, mean - basis_m)
+    f_lo, f_hi = np.where(f_ok, f_lo, np.nan), np.where(f_ok, f_hi, np.nan)
+    f_se = np.where(
+        empty & (estimator == "unbiased") & (not clip_frequency), f_se_raw, interval_stderr(f_lo, f_hi)
+    )
+    return [
+        ConditionalEstimate(
+            query=q,
+            estimator=estimator,
+            frequency=float(frequency[i]),
+            frequency_stderr=float(f_se[i]) if f_ok[i] else math.nan,
+            mean=float(mean[i]),
+            mean_stderr=float(m_se[i]) if m_ok[i] else math.nan,
+            numerator=float(p.num[i]),
+            denominator=float(p.den[i]),
+            positive=float(p.pos[i]),
+            negative=float(p.neg[i]),
+            n_reports=n_reports,
+            diagnostics=_diagnostics(
+                float(raw_f[i]), float(frequency[i]), bool(bounded[i]), float(raw_m[i]), float(mean[i])
+            ),
+            frequency_interval=(float(f_lo[i]), float(f_hi[i])),
+            mean_interval=(float(m_lo[i]), float(m_hi[i])),
+        )
+        for i, q in enumerate(queries)
+    ]
+
+
+def _reach(point: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
+    """The standard error of a clipped ratio: the distance from the point to the farther
+    end of its interval, over Z95. Where the range cuts one side of the interval, the
+    point can still err as far as the other side reaches; a symmetric interval gives its
+    half-width over Z95."""
+    return np.asarray(np.maximum(point - lo, hi - point) / Z95, dtype=np.float64)
+
+
+def _fallback(point: FloatArray, basis: FloatArray) -> FloatArray:
+    """The point estimator's ratio, else (its denominator projected to 0) the basis ratio."""
+    return np.where(np.isfinite(point), point, basis)
+
+
+def _diagnostics(raw_f: float, frequency: float, bounded: bool, raw_m: float, mean: float) -> dict[str, Any]:
+    """Why an answer is NaN (undefined, not estimable), clipped or has the widest interval."""
+    diag: dict[str, Any] = {}
+    if math.isnan(frequency):
+        diag["frequency_undefined"] = "estimated number of users meeting the condition is <= 0"
+    else:
+        diag["frequency_clipped"] = frequency != raw_f
+        if not bounded:
+            diag["frequency_interval_unbounded"] = (
+                "the estimated number of users meeting the condition is not significantly above 0: "
+                "the interval is [0, 1]"
+            )
+    if math.isnan(mean):
+        diag["mean_undefined"] = (
+            "not estimable: the estimated number of holders of the target key is not significantly above 0"
+        )
+    else:
+        diag["mean_clipped"] = mean != raw_m
+    return diag
 
 
 def answer_queries(
@@ -160,12 +265,12 @@ def answer_queries(
 ) -> list[ConditionalEstimate]:
     """Answer conditional queries from one statistics snapshot (docs/mechanisms.md, *Answering a conditional query*).
 
-    One oracle call serves all queries. ``clip_frequency=False`` keeps the raw (unbiased)
-    frequency, which is what per-key estimates report; means are always clipped.
+    One oracle call serves all queries (two for an estimator other than ``unbiased``, whose
+    sums are the error bars' basis). ``clip_frequency=False`` keeps the raw frequency,
+    which is what per-key estimates report; means are always clipped.
     """
     n = float(stats.arrays["n"][0])
-    sums = oracle.cell_sums(stats, [q.sets().group() for q in queries], estimator)
-    return [
-        _answer(q, s, n, estimator, stats.n_reports, clip_frequency)
-        for q, s in zip(queries, sums, strict=True)
-    ]
+    groups = [q.sets().group() for q in queries]
+    point = oracle.cell_sums(stats, groups, estimator)
+    basis = point if estimator == "unbiased" else oracle.cell_sums(stats, groups, "unbiased")
+    return _answers(queries, point, basis, n, estimator, stats.n_reports, clip_frequency)

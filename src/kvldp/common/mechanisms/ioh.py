@@ -100,8 +100,10 @@ class JointStateMechanism(Mechanism):
         queries = [ConditionalQuery.build(self.d, key) for key in range(self.d)]
         # the per-key frequency stays raw, as every other mechanism's unbiased frequency
         answers = answer_queries(self, stats, queries, estimator, clip_frequency=False)
-        mean = np.array([a.mean for a in answers])
         frequency = np.array([a.frequency for a in answers])
+        mean = np.array([a.mean for a in answers])
+        f_bounds = np.array([a.frequency_interval for a in answers]).reshape(-1, 2)
+        m_bounds = np.array([a.mean_interval for a in answers]).reshape(-1, 2)
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
@@ -113,7 +115,11 @@ class JointStateMechanism(Mechanism):
             diagnostics={
                 "undefined_frequencies": int(np.sum(np.isnan(frequency))),
                 "undefined_means": int(np.sum(np.isnan(mean))),
+                # every report speaks of every key: with reports, a NaN mean is not estimable
+                "not_estimable_means": int(np.sum(np.isnan(mean))) if stats.n_reports > 0 else 0,
             },
+            frequency_bounds=(f_bounds[:, 0], f_bounds[:, 1]),
+            mean_bounds=(m_bounds[:, 0], m_bounds[:, 1]),
         )
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
+from kvldp.common.intervals import clipped_interval, interval_stderr
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.padding import sample_slots, slot_weights
@@ -175,28 +176,36 @@ class ItemOracle(Mechanism):
         return res.theta[0], diag
 
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
+        """The point frequency of ``estimator`` with error bars on the unbiased basis
+        (docs/mechanisms.md, *Frequency oracles*): the raw frequency's interval clipped into
+        [0, 1]; the standard error the analytic one of the raw frequency, or for a projected
+        or MLE point the one its clipped interval implies."""
         n = float(stats.n_reports)
         latent = None
         diag: dict[str, Any] = {"mean_supported": False}
+        with np.errstate(divide="ignore", invalid="ignore"):
+            raw_share = self.count_estimate(stats.arrays) / n
         if estimator == "em":
-            theta, extra = self.maximum_likelihood(self.output_counts(stats.arrays), options)
+            share, extra = self.maximum_likelihood(self.output_counts(stats.arrays), options)
             diag.update(extra)
-            share = theta
-            latent = theta[None, :]
+            latent = share[None, :]
         else:
             if options:
                 raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
-            with np.errstate(divide="ignore", invalid="ignore"):
-                share = self.count_estimate(stats.arrays) / n
-            if estimator == "normsub":
-                share = project_simplex(share)
+            share = project_simplex(raw_share) if estimator == "normsub" else raw_share
         freq = self.scale * share[: self.d]
         holders = np.clip(freq, 0.0, 1.0) * n
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_se = self.scale * stderr(self.count_variance(n, np.nan_to_num(holders))) / n
+            raw_se = self.scale * stderr(self.count_variance(n, np.nan_to_num(holders))) / n
+        f_lo, f_hi = clipped_interval(self.scale * raw_share[: self.d], raw_se)
+        if estimator == "unbiased":
+            f_se = raw_se
+        else:  # the point may leave the basis interval: widen it to hold the point
+            f_lo, f_hi = np.fmin(f_lo, freq), np.fmax(f_hi, freq)
+            around = clipped_interval(freq, raw_se) if estimator == "em" else (f_lo, f_hi)
+            f_se = interval_stderr(*around)
         if n <= 0:
-            freq = np.full(self.d, np.nan)
-            f_se = np.full(self.d, np.nan)
+            freq, f_se, f_lo, f_hi = (np.full(self.d, np.nan) for _ in range(4))
         nan = np.full(self.d, np.nan)
         return Estimate(
             mechanism=self.name,
@@ -208,6 +217,7 @@ class ItemOracle(Mechanism):
             n_reports=stats.n_reports,
             latent=latent,
             diagnostics=diag,
+            frequency_bounds=(f_lo, f_hi),
         )
 
     # --------------------------------------------------------------- privacy
