@@ -13,7 +13,8 @@ Metric names and labels are a contract:
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
-* ``kvldp_frequency_low`` / ``_high`` and ``kvldp_mean_low`` / ``_high`` (same labels): the
+* ``kvldp_frequency_low``, ``kvldp_frequency_high``, ``kvldp_mean_low`` and
+  ``kvldp_mean_high`` (same labels): the
   95% interval of each estimate, which covers the truth even where the point estimate is
   clipped, projected or shrunk (docs/mechanisms.md, *Calibration of standard errors*);
   an estimator that exports no standard error by design (``eb``, PrivKV's ``paper`` mean)
