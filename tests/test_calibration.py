@@ -14,7 +14,10 @@ estimable, never silently missing.
 
 from __future__ import annotations
 
+import csv
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +25,8 @@ import pytest
 from kvldp.common.mechanisms import create, get, names
 from kvldp.evaluation.calibration import QuantityCalibration, calibrate, reference_population
 from kvldp.sim import datasets
+
+from support import run_kvldp
 
 EPSILON = 2.0
 USERS = 20_000
@@ -76,3 +81,51 @@ def test_every_key_with_reports_gets_a_mean_or_is_counted_not_estimable(name: st
     missing = int(np.sum(np.isnan(est.mean)))
     without_reports = int(est.diagnostics.get("keys_without_reports", 0))
     assert missing == int(est.diagnostics["not_estimable_means"]) + without_reports
+
+
+def test_calibration_command_prints_json_and_writes_its_table(tmp_path: Path) -> None:
+    """``kvldp evaluate --calibration`` for chosen mechanisms, estimators and ε: one JSON row
+    per setting, and with --out the CSV, the Markdown table and the plot."""
+    done = run_kvldp(
+        "evaluate", "--calibration", "--mechanism", "kvue", "--estimator", "unbiased", "--estimator", "eb",
+        "--epsilon", "2", "--users", "5000", "--keys", "6", "--repeats", "4", "--json", timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [(r["mechanism"], r["estimator"], r["epsilon"]) for r in rows] == [
+        ("kvue", "unbiased", 2.0),
+        ("kvue", "eb", 2.0),
+    ]
+    assert rows[1]["mean_with_stderr"] == 0.0 and rows[0]["mean_with_stderr"] == 1.0
+    assert all(0.0 <= r["frequency_coverage"] <= 1.0 for r in rows)
+    out = tmp_path / "cal"
+    done = run_kvldp(
+        "evaluate", "--calibration", "--mechanism", "grr", "--epsilon", "1", "--users", "5000",
+        "--keys", "6", "--repeats", "3", "--out", str(out), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with (out / "results.csv").open(newline="") as fh:
+        assert [r["estimator"] for r in csv.DictReader(fh)] == ["unbiased", "em", "normsub"]
+    report = (out / "README.md").read_text()
+    assert "Made by `kvldp evaluate --calibration --mechanism grr --epsilon 1.0`" in report
+    assert report.count("| grr |") == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--calibration", "--mechanism", "nope"], "unknown mechanism 'nope'"),
+        (["--calibration", "--mechanism", "grr", "--estimator", "eb"], "grr has no estimator 'eb'"),
+        (["--calibration", "--experiment", "sun-fig1"], "--calibration goes without --experiment"),
+        (
+            ["--mechanism", "grr", "--mechanism", "oue", "--epsilon", "1", "--keys", "4"],
+            "only with --calibration",
+        ),
+        (["--calibration", "--repeats", "1", "--mechanism", "grr"], "at least 2 collections"),
+    ],
+)
+def test_calibration_command_refuses_bad_flags_in_one_line(args: list[str], message: str) -> None:
+    done = run_kvldp("evaluate", *args, timeout=60)
+    assert done.returncode != 0
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

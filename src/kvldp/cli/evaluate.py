@@ -149,6 +149,9 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
     mechanisms = args.mechanism or names()
     epsilons = args.epsilon or list(EPSILONS)
+    repeats = args.repeats or 24
+    if repeats < 2:
+        raise KvldpError("--calibration needs --repeats of at least 2 collections (a spread needs two)")
     params = parse_assignments(args.param)
     rows: list[CalibrationRow] = []
     populations: dict[tuple[str, int | None, int], datasets.Dataset] = {}
@@ -175,7 +178,7 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         for epsilon in epsilons:
             mech = create(name, keys, epsilon, **params)
             for estimator in estimators:
-                result = calibrate(mech, estimator, population, args.repeats or 24, args.seed, not args.json)
+                result = calibrate(mech, estimator, population, repeats, args.seed, not args.json)
                 rows.append(CalibrationRow(result, dataset, population.n_users, keys))
     if args.out:
         command = "kvldp evaluate --calibration" + "".join(
