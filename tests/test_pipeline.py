@@ -360,7 +360,8 @@ async def test_conditional_metrics_stream_end_to_end(
     broker: EmbeddedBroker, mechanism: str, conditions: list[str]
 ) -> None:
     """Joint-state collections through Kafka: kvldp_conditional_* exported for every
-    condition, each within 5 standard errors of the simulated population's truth."""
+    condition, each within 5 standard errors of the simulated population's truth, with
+    its 95% interval's ends."""
     collection = unique_collection(mechanism, 4, conditions=conditions, estimators=["unbiased"])
     users = simulate.simulate(collection, "conditional", 60_000, seed=21)
     truth = simulate.truth(collection, users)["conditional"]
@@ -387,6 +388,14 @@ async def test_conditional_metrics_stream_end_to_end(
             samples[("kvldp_conditional_frequency_stderr", lab)],
         )
         assert abs(f - expected["frequency"]) < 5 * fs, (q.format(names), f, expected, fs)
+        lo, hi = (
+            samples[("kvldp_conditional_frequency_low", lab)],
+            samples[("kvldp_conditional_frequency_high", lab)],
+        )
+        assert 0.0 <= lo <= hi <= 1.0
         if ("kvldp_conditional_mean", lab) in samples and expected["mean"] is not None:
             m, ms = samples[("kvldp_conditional_mean", lab)], samples[("kvldp_conditional_mean_stderr", lab)]
             assert abs(m - expected["mean"]) < 5 * ms, (q.format(names), m, expected, ms)
+            assert (
+                samples[("kvldp_conditional_mean_low", lab)] <= samples[("kvldp_conditional_mean_high", lab)]
+            )

@@ -23,7 +23,9 @@ Metric names and labels are a contract:
   mean is not estimable (no ``kvldp_mean`` series for them);
 * ``kvldp_conditional_frequency{collection,key,condition,estimator,window}`` and
   ``kvldp_conditional_mean{...}`` with ``_stderr`` companions: f(key | condition) and
-  m(key | condition), ``condition`` like ``hamburger=1,fries=0``;
+  m(key | condition), ``condition`` like ``hamburger=1,fries=0``; their 95% intervals as
+  ``kvldp_conditional_frequency_low``, ``kvldp_conditional_frequency_high``,
+  ``kvldp_conditional_mean_low`` and ``kvldp_conditional_mean_high``;
 * interactive collections (PrivKVM's rounds): ``kvldp_round{collection}`` (the open
   round, 1-based; once complete, the rounds run), ``kvldp_rounds_complete{collection}``
   (0 or 1), ``kvldp_round_reports{collection,round}`` (reports folded per round) and
@@ -244,6 +246,10 @@ class SnapshotCollector(PromCollector):
                     "Estimated mean of the key among the devices meeting the condition (collection units).",
                 ),
                 ("mean_stderr", "Standard error of kvldp_conditional_mean."),
+                ("frequency_low", "Lower end of the 95% interval of kvldp_conditional_frequency."),
+                ("frequency_high", "Upper end of the 95% interval of kvldp_conditional_frequency."),
+                ("mean_low", "Lower end of the 95% interval of kvldp_conditional_mean (collection units)."),
+                ("mean_high", "Upper end of the 95% interval of kvldp_conditional_mean (collection units)."),
             )
         }
         iterations = GaugeMetricFamily(
@@ -288,11 +294,16 @@ class SnapshotCollector(PromCollector):
                     labels = [name, c.keys[a.query.target], condition_label(a.query, c.keys), est, window]
                     mean = c.raw_mean(np.array([a.mean]))[0]
                     mean_se = c.raw_scale(np.array([a.mean_stderr]))[0]
+                    mean_lo, mean_hi = c.raw_mean(np.array(a.mean_interval))
                     for key, value in (
                         ("frequency", a.frequency),
                         ("frequency_stderr", a.frequency_stderr),
                         ("mean", mean),
                         ("mean_stderr", mean_se),
+                        ("frequency_low", a.frequency_interval[0]),
+                        ("frequency_high", a.frequency_interval[1]),
+                        ("mean_low", mean_lo),
+                        ("mean_high", mean_hi),
                     ):
                         if np.isfinite(value):
                             conditional[key].add_metric(labels, float(value))
