@@ -36,9 +36,6 @@ from typing import Any
 import numpy as np
 
 from kvldp.common.conditional import (
-    ABSENT,
-    NEG,
-    POS,
     CellSums,
     ConditionalEstimate,
     ConditionalQuery,
@@ -63,11 +60,6 @@ from kvldp.common.stats import Stats
 
 #: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; docs/mechanisms.md, *IOH*)
 MAX_D = 10
-#: normal draws of the calibrated cells behind the unbiased mean's standard error, drawn
-#: in blocks of DRAW_BLOCK (bounds memory at 3^10 cells), and their seed
-MEAN_DRAWS = 200
-DRAW_BLOCK = 25
-DRAW_SEED = 0x5E
 #: uniforms drawn per client block (32 MiB of float64)
 PERTURB_CHUNK_BITS = 1 << 22
 
@@ -86,11 +78,6 @@ class JointStateMechanism(Mechanism):
         self, stats: Stats, groups: Sequence[Sequence[ProductSet]], estimator: str
     ) -> list[CellSums]:
         """Estimated users per product set with their within-group covariance (see protocol)."""
-
-    def drawn_errors(self, stats: Stats) -> FloatArray | None:
-        """Per-key RMSE of the ``unbiased`` mean clipped into [-1, 1], where a mechanism
-        draws it; None keeps the answers' own."""
-        return None
 
     def conditional_many(
         self, stats: Stats, queries: Sequence[ConditionalQuery], estimator: str = "unbiased"
@@ -125,10 +112,6 @@ class JointStateMechanism(Mechanism):
             # cells understate it 1.3-3x; the intervals are the unbiased cells'
             f_se = np.full(self.d, np.nan)
             m_se = f_se.copy()
-        else:
-            drawn = self.drawn_errors(stats)
-            if drawn is not None:
-                m_se = np.where(np.isnan(mean), np.nan, drawn)
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
@@ -222,37 +205,6 @@ class IOH(JointStateMechanism):
         self.check_stats(stats, estimator)
         cells = self.calibrated(stats)
         return project_simplex(cells, total=float(stats.arrays["n"][0])) if estimator == "normsub" else cells
-
-    def drawn_errors(self, stats: Stats) -> FloatArray | None:
-        """Per-key RMSE of the ``unbiased`` mean clipped into [-1, 1]: the calibrated cells
-        drawn PROJECTION_DRAWS times from their normal approximation (independent cells,
-        variance n·noise + count·signal at the projected cells), the clipped ratio taken
-        on each (docs/mechanisms.md, *Calibration of standard errors*). The delta method
-        ignores the clipping and overstated it 1.4x. Deterministic: the draws' seed is
-        fixed."""
-        n = float(stats.arrays["n"][0])
-        if n <= 0:
-            return np.full(self.d, np.nan)
-        counts = self.cell_vector(stats, "normsub")
-        plugin = self.cell_vector(stats, "unbiased")
-        digits = (np.arange(self.n_cells)[:, None] // 3 ** np.arange(self.d - 1, -1, -1)) % 3
-        present = (digits != ABSENT).astype(np.float64)
-        sign = (digits == POS).astype(np.float64) - (digits == NEG).astype(np.float64)
-        sd = np.sqrt(np.maximum(n * self.noise + counts * self.signal, 0.0))
-        rng = np.random.default_rng(DRAW_SEED)
-        m_sq = np.zeros(self.d)
-        m_count = np.zeros(self.d)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            m0 = np.clip((plugin @ sign) / (plugin @ present), -1.0, 1.0)
-            for start in range(0, MEAN_DRAWS, DRAW_BLOCK):
-                block = min(DRAW_BLOCK, MEAN_DRAWS - start)
-                draws = plugin[None, :] + sd[None, :] * rng.standard_normal((block, self.n_cells))
-                holders = draws @ present
-                dm = np.where(holders > 0, np.clip((draws @ sign) / holders, -1.0, 1.0), np.nan) - m0
-                ok = np.isfinite(dm)
-                m_sq += np.sum(np.where(ok, dm**2, 0.0), axis=0)
-                m_count += ok.sum(axis=0)
-            return np.asarray(np.sqrt(m_sq / m_count), dtype=np.float64)
 
     def cell_set_variance(self, n: float, size: int, count: float) -> float:
         """Exact Var of a sum of ``size`` calibrated cells holding ``count`` users."""
