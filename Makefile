@@ -45,6 +45,7 @@ dashboard: $(STAMP)
 # the papers' full grids (about an hour on two cores); outputs land in docs/results/NAME/
 evaluate: $(STAMP)
 	@for e in $(EXPERIMENTS); do $(BIN)/kvldp evaluate --experiment $$e --out docs/results/$$e || exit 1; done
+	$(BIN)/kvldp evaluate --calibration --out docs/results/calibration
 
 # the real-Prometheus test needs Debian's prometheus; install it only when it is missing
 prometheus:
