@@ -220,11 +220,11 @@ class KeySampledMechanism(Mechanism):
 
     def _intervals(
         self, counts: FloatArray, plugin: FloatArray, n: int
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.bool_]]:
+    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.bool_], FloatArray]:
         """The inference basis of every estimator (docs/mechanisms.md, *Calibration of
         standard errors*): the closed-form states and their covariance at the plug-in states.
         Returns (the raw frequency's stderr, its clipped 95% bounds, the mean's Fieller
-        bounds, and whether the mean is estimable)."""
+        bounds, whether the mean is estimable, and the states' covariance)."""
         reports = counts.sum(axis=1)
         raw = self._linear_states(counts)
         cov = self._state_covariance(plugin, reports, n, efficient=False)
@@ -234,7 +234,7 @@ class KeySampledMechanism(Mechanism):
         m_lo, m_hi, estimable = fieller_interval(
             raw[:, POS] - raw[:, NEG], freq, quad(D_ROW, cov), quad(F_ROW, cov), quad2(D_ROW, F_ROW, cov)
         )
-        return se, f_lo, f_hi, m_lo, m_hi, estimable
+        return se, f_lo, f_hi, m_lo, m_hi, estimable, cov
 
     def first_order_mean(self, stats: Stats) -> tuple[FloatArray, FloatArray, FloatArray]:
         """(mean, D / sd(D), sd(mean)) per key of the closed-form estimate at ``stats``.
@@ -308,7 +308,7 @@ class KeySampledMechanism(Mechanism):
         the clipped interval around the point with the MLE's first-order standard error."""
         counts = stats.arrays["counts"].astype(np.float64)
         reports = counts.sum(axis=1)
-        raw_se, f_lo, f_hi, m_lo, m_hi, estimable = self._intervals(counts, plugin, stats.n_reports)
+        raw_se, f_lo, f_hi, m_lo, m_hi, estimable, cov_raw = self._intervals(counts, plugin, stats.n_reports)
         freq = np.where(reports > 0, theta_f[:, NEG] + theta_f[:, POS], np.nan)
         point_m = self._mean_of(theta_m, reports) if mean is None else mean
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -329,8 +329,7 @@ class KeySampledMechanism(Mechanism):
             m_eff = stderr(np.einsum("gi,gij,gj->g", grad, cov, grad))
             m_se = np.fmin(m_se, interval_stderr(*clipped_interval(m, m_eff, -1.0, 1.0)))
         if projection:
-            cov = self._state_covariance(plugin, reports, stats.n_reports, efficient=False)
-            f_se, m_se = self._projected_errors(plugin, cov, reports)
+            f_se, m_se = self._projected_errors(plugin, cov_raw, reports)
         return Estimate(
             mechanism=self.name,
             estimator=estimator,
