@@ -12,7 +12,7 @@ import pytest
 from kvldp.attacks import experiment
 from kvldp.attacks.defenses import get as defense
 from kvldp.attacks.fakes import ATTACKS, InvalidAttack, Round, fake_reports, rkva_users
-from kvldp.attacks.pckv import nonzero_counts
+from kvldp.attacks.pckv_fakes import nonzero_counts
 from kvldp.attacks.target import InvalidTarget, Target
 from kvldp.cli import main
 from kvldp.common.kvdata import KVData

@@ -6,6 +6,6 @@ and an adaptive attack that imitates genuine report statistics), in each mechani
 wire fields; :mod:`~kvldp.attacks.defenses` holds the defenses an experiment compares;
 :mod:`~kvldp.attacks.experiment` runs a genuine population with and without the fakes
 and measures the frequency gain, mean gain and MSE per estimator and defense;
-:mod:`~kvldp.attacks.report` writes the results table, its README and a plot.
+:mod:`~kvldp.attacks.results_table` writes the results table, its README and a plot.
 ``kvldp attack`` and ``kvldp produce --fake-fraction`` use it.
 """

@@ -213,6 +213,11 @@ class Row:
     values: dict[str, Any]
 
 
+def _nanmean(xs: Sequence[float]) -> float:
+    a = np.asarray(xs, dtype=np.float64)
+    return float(a[np.isfinite(a)].mean()) if np.isfinite(a).any() else math.nan
+
+
 def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
     a = np.asarray(xs, dtype=np.float64)
     if a.size < 2:
@@ -244,9 +249,9 @@ def summarise(setting: Setting, estimator: str, runs: list[tuple[Folded, Outcome
             "mean_gain_se": gm_se,
             "target_frequency": float(np.mean(stat("target_frequency"))),
             "target_mean": float(np.mean(stat("target_mean"))),
-            "mse_frequency": float(np.nanmean(stat("mse_frequency"))),
-            "mse_frequency_clean": float(np.nanmean(stat("mse_frequency_clean"))),
-            "mse_mean": float(np.nanmean(stat("mse_mean"))),
+            "mse_frequency": _nanmean(stat("mse_frequency")),
+            "mse_frequency_clean": _nanmean(stat("mse_frequency_clean")),
+            "mse_mean": _nanmean(stat("mse_mean")),
             "fakes_dropped": sum(f.fakes_dropped for f, _ in runs) / sent_f if sent_f else math.nan,
             "genuine_dropped": sum(f.genuine_dropped for f, _ in runs) / sent_g if sent_g else math.nan,
         }

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvldp.attacks import joint, keysampled, pckv
+from kvldp.attacks import joint_fakes, keyed_fakes, pckv_fakes
 from kvldp.attacks.target import FakeGenerator, Target
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
@@ -39,13 +39,13 @@ ATTACKS = ("m2ga", "rma", "rkva", "adaptive")
 
 #: mechanism name -> attack -> generator (RKVA is the genuine client and needs no entry)
 FAMILIES: dict[str, dict[str, FakeGenerator]] = {
-    **{name: keysampled.GENERATORS for name in ("f2m", "kvoh", "kvue", "privkv")},
-    "kvue_multi": keysampled.MULTI_GENERATORS,
-    "pckv_grr": pckv.GRR_GENERATORS,
-    "pckv_ue": pckv.UE_GENERATORS,
-    "ioh": joint.UNARY_GENERATORS,
-    "ioh_oue": joint.UNARY_GENERATORS,
-    "ioh_hrr": joint.HADAMARD_GENERATORS,
+    **{name: keyed_fakes.GENERATORS for name in ("f2m", "kvoh", "kvue", "privkv")},
+    "kvue_multi": keyed_fakes.MULTI_GENERATORS,
+    "pckv_grr": pckv_fakes.GRR_GENERATORS,
+    "pckv_ue": pckv_fakes.UE_GENERATORS,
+    "ioh": joint_fakes.UNARY_GENERATORS,
+    "ioh_oue": joint_fakes.UNARY_GENERATORS,
+    "ioh_hrr": joint_fakes.HADAMARD_GENERATORS,
 }
 
 
@@ -87,7 +87,7 @@ def fake_reports(
     if isinstance(mechanism, PrivKVM):
         if round_ is None:
             raise InvalidAttack("privkvm fakes report in a round: give the round and its published means")
-        return keysampled.privkvm_reports(mechanism, attack, n, target, rng, round_.index, round_.published)
+        return keyed_fakes.privkvm_reports(mechanism, attack, n, target, rng, round_.index, round_.published)
     if mechanism.name not in FAMILIES:
         raise InvalidAttack(f"{mechanism.name} collects no values: the key-value attacks do not apply")
     if attack == "rkva":

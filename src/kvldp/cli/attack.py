@@ -140,7 +140,7 @@ def _mechanisms(args: argparse.Namespace) -> list[Mechanism]:
 
 
 def cmd_attack(args: argparse.Namespace) -> int:
-    from kvldp.attacks import defenses, experiment, report
+    from kvldp.attacks import defenses, experiment, results_table
     from kvldp.attacks.target import Target, rarest_keys
 
     mechs = _mechanisms(args)
@@ -195,12 +195,12 @@ def cmd_attack(args: argparse.Namespace) -> int:
             f"{target.keys.tolist()} (true frequencies {[round(float(f), 5) for f in frequency[target.keys]]}), "
             f"target mean m* = {target.mean:g}."
         )
-        paths = report.write(rows, Path(args.out), command, setting)
+        paths = results_table.write(rows, Path(args.out), command, setting)
         emit(
             {"rows": len(rows), "files": [str(p) for p in paths]},
             args.json,
             "\n".join(f"wrote {p}" for p in paths),
         )
         return 0
-    emit([report.record(r) for r in rows], args.json, report.table(rows))
+    emit([results_table.record(r) for r in rows], args.json, results_table.table(rows))
     return 0

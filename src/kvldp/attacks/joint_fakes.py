@@ -1,11 +1,15 @@
 """Fakes against the joint-state mechanisms: IOH, IOH with OUE bits, low-order Hadamard.
 
 IOH (and ``ioh_oue``) reports one bit per joint state of all d keys; the calibrated cell
-A_c = (C_c - n q) / (p - q) counts the users in state c, and a key's frequency (mean
-numerator) sums the cells where it is held (+1 minus -1). A set bit adds 1/(p - q) to its
-cell, so the maximal-gain report sets the bit of every cell in which each target is
-<1, +1> (<1, -1> for m* < 0) and nothing else: 3^(d - r) bits. Setting also the cells where
-a target is <1, -1> would add frequency but cancel the mean. RMA: every bit a fair coin.
+A_c = (C_c - n q) / (p - q) counts the users in state c, and key t's frequency (mean
+numerator) sums the cells where t is held (+1 minus -1). A fake with set bits S moves
+t's frequency numerator by sum over t's held cells of (1[c in S] - q) / (p - q): every cell
+left unset costs q / (p - q), because the fake also raises n. The maximal-gain report
+therefore sets the bit of every cell in which at least one target is <1, +1> (<1, -1>
+for m* < 0): all of each target's favoured cells count for its frequency and its mean,
+and no cell is set that helps no target. (Setting only the cells where *every* target
+is favoured, 3^(d - r) bits, lowers the targets' frequencies: the baseline n q wins.)
+RMA: every bit a fair coin.
 Adaptive: the number of set bits K is that of the genuine client's report of a device
 holding <t, m*> for every target (the genuine draw itself), placed first on uniformly
 chosen favourable cells and the rest on uniform other cells: the one statistic the
@@ -43,13 +47,13 @@ def _ioh(mech: Mechanism) -> IOH:
 
 
 def favourable_cells(d: int, target: Target) -> np.ndarray:
-    """Mask over the 3^d cells: every target key in the favoured state (key 0 the most
+    """Mask over the 3^d cells: some target key in the favoured state (key 0 the most
     significant base-3 digit)."""
     cells = np.arange(3**d, dtype=np.int64)
     state = POS if target.sign > 0 else NEG
-    ok = np.ones(cells.shape[0], dtype=bool)
+    ok = np.zeros(cells.shape[0], dtype=bool)
     for k in target.keys:
-        ok &= (cells // 3 ** (d - 1 - int(k))) % 3 == state
+        ok |= (cells // 3 ** (d - 1 - int(k))) % 3 == state
     return ok
 
 
