@@ -61,3 +61,9 @@ def rarest_keys(frequencies: np.ndarray, r: int, rng: np.random.Generator) -> In
 
 #: a fake-report generator: (mechanism, number of fakes, target, generator) -> report batch
 FakeGenerator = Callable[["Mechanism", int, Target, np.random.Generator], ReportBatch]
+
+
+def choose_targets(frequencies: np.ndarray, r: int, mean: float, seed: int) -> Target:
+    """The target of ``kvldp attack`` and ``kvldp produce --fake-fraction``: the ``r`` rarest
+    keys of the population (ties broken by ``seed``) and the mean ``mean``."""
+    return Target(rarest_keys(frequencies, r, np.random.default_rng([seed, 0x7A])), mean)

@@ -12,35 +12,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-
-from kvldp.cli.flags import Subparsers, emit, positive_float, positive_int
+from kvldp.attacks.fakes import ATTACKS
+from kvldp.cli.flags import Subparsers, emit, open_fraction, positive_float, positive_int, unit_value
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import Mechanism, create, get, names
 from kvldp.common.params import parse_assignments
 from kvldp.sim import datasets
-
-ATTACK_NAMES = ("m2ga", "rma", "rkva", "adaptive")
-
-
-def _beta(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1), got {text}")
-    return value
-
-
-def _mean(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not -1.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"expected a value in [-1, 1], got {text}")
-    return value
 
 
 def register(sub: Subparsers) -> None:
@@ -69,13 +46,13 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--attack",
         action="append",
-        choices=ATTACK_NAMES,
+        choices=ATTACKS,
         help="m2ga (maximal gain), rma (random message), rkva (random key-value pair), adaptive "
         "(repeatable; default all)",
     )
     p.add_argument(
         "--fake-fraction",
-        type=_beta,
+        type=open_fraction,
         action="append",
         metavar="BETA",
         help="fake devices as a fraction of all devices, in (0, 1) (repeatable; default 0.01)",
@@ -89,7 +66,7 @@ def register(sub: Subparsers) -> None:
     )
     p.add_argument(
         "--target-mean",
-        type=_mean,
+        type=unit_value,
         default=1.0,
         metavar="M",
         help="value in [-1, 1] the fakes promote (default +1)",
@@ -141,7 +118,7 @@ def _mechanisms(args: argparse.Namespace) -> list[Mechanism]:
 
 def cmd_attack(args: argparse.Namespace) -> int:
     from kvldp.attacks import defenses, experiment, results_table
-    from kvldp.attacks.target import Target, rarest_keys
+    from kvldp.attacks.target import choose_targets
 
     mechs = _mechanisms(args)
     d = mechs[0].d
@@ -158,13 +135,11 @@ def cmd_attack(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise KvldpError(str(exc)) from None
     frequency, _ = population.truth()
-    target = Target(
-        rarest_keys(frequency, args.targets, np.random.default_rng([args.seed, 0x7A])), args.target_mean
-    )
+    target = choose_targets(frequency, args.targets, args.target_mean, args.seed)
     betas = args.fake_fraction or [0.01]
     rows = experiment.run(
         mechs,
-        args.attack or list(ATTACK_NAMES),
+        args.attack or list(ATTACKS),
         betas,
         chosen,
         estimators,
