@@ -216,6 +216,19 @@ def test_cli_refuses_in_one_line(argv: list[str], capsys: pytest.CaptureFixture[
     assert err.startswith("kvldp: error:") and "\n" not in err
 
 
+def test_cli_refuses_a_defense_no_mechanism_has(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from kvldp.attacks import defenses
+
+    monkeypatch.setitem(
+        defenses.DEFENSES, "oracle", defenses.Defense("oracle", "an estimator nobody has", "oracle")
+    )
+    argv = ["attack", "--mechanism", "kvue", "--keys", "8", "--epsilon", "1", "--defense", "oracle"]
+    assert main(argv) == 2
+    assert "defense oracle applies to none of the mechanisms" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("flag", [["--fake-fraction", "1.5"], ["--target-mean", "2"], ["--attack", "flood"]])
 def test_cli_flag_types_refuse(flag: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:

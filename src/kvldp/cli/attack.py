@@ -127,6 +127,9 @@ def cmd_attack(args: argparse.Namespace) -> int:
         if not any(e in m.estimator_names for m in mechs):
             raise KvldpError(f"no mechanism given has the estimator {e!r}")
     chosen = [defenses.get(name) for name in dict.fromkeys(args.defense or ["none"])]
+    for x in chosen:
+        if not any(x.applies(m) for m in mechs):
+            raise KvldpError(f"defense {x.name} applies to none of the mechanisms given ({x.summary})")
     dataset = args.dataset or "gaussian_pckv"
     from_file = dataset.startswith(datasets.CSV_PREFIX)
     users = args.users if args.users is not None or from_file else 100_000
