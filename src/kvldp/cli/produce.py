@@ -21,6 +21,7 @@ from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 from kvldp.sim import datasets
 
 if TYPE_CHECKING:
+    from kvldp.attacks.target import Target
     from kvldp.common.collection import Collection
     from kvldp.common.kvdata import KVData
     from kvldp.kafka.client_config import KafkaConfig
@@ -193,10 +194,6 @@ def _produce_with_fakes(
         raise KvldpError(
             f"--fake-fraction: {mechanism.name} collects no values; the key-value attacks do not apply"
         )
-    if is_interactive(collection):
-        raise KvldpError(
-            f"--fake-fraction: collection {collection.name} reports in rounds, not supported live"
-        )
     if collection.privacy.as_table():
         raise KvldpError(
             f"--fake-fraction: collection {collection.name} has a [privacy] table; fakes are simulated "
@@ -214,10 +211,13 @@ def _produce_with_fakes(
         raise KvldpError(str(exc)) from None
     attack = args.attack or "m2ga"
     n_fakes = fake_count(users.n_users, args.fake_fraction)
+    order = np.random.default_rng([seed, 0x1D]).permutation(users.n_users + n_fakes)
+    if is_interactive(collection):
+        _produce_rounds_with_fakes(collection, kafka, users, order, seed, attack, n_fakes, target)
+        return 0
     genuine = genuine_reports(mechanism, users, genuine_rng(seed, 0))
     fakes = fake_reports(mechanism, attack, n_fakes, target, fake_rng(seed, 0))
     everyone = concat([genuine, fakes])
-    order = np.random.default_rng([seed, 0x1D]).permutation(users.n_users + n_fakes)
     everyone = {name: column[order] for name, column in everyone.items()}
     ids = simulate.device_ids(order.size)
     block = 4096
@@ -243,6 +243,67 @@ def _produce_with_fakes(
         file=sys.stderr,
     )
     return 0
+
+
+def _produce_rounds_with_fakes(
+    collection: Collection,
+    kafka: KafkaConfig,
+    users: KVData,
+    order: np.ndarray,
+    seed: int,
+    attack: str,
+    n_fakes: int,
+    target: Target,
+) -> None:
+    """PrivKVM's rounds with fake devices in every round: the genuine fleet follows the
+    control topic as without fakes (its generator that of ``kvldp attack``), and after its
+    reports of each round the fakes send theirs, built on the round's published means.
+    Device ids are ``device-i`` for i in the shuffled ``order`` (genuine ones first in it)."""
+    import asyncio
+
+    from kvldp.attacks.experiment import fake_rng, genuine_rng
+    from kvldp.attacks.fakes import Round, fake_reports
+    from kvldp.common.control_record import Control, interactive_mechanism
+    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.producer.collector import Collector
+    from kvldp.sim import simulate
+    from kvldp.sim.round_fleet import RoundFleet, RoundReport
+
+    mechanism = collection.mechanism
+    ids = simulate.device_ids(order.size)
+    genuine_ids = [ids[i] for i in order[: users.n_users]]
+    fake_ids = [ids[i] for i in order[users.n_users :]]
+    f_rng = fake_rng(seed, 0)
+    needed = interactive_mechanism(collection).round_min_reports
+    if needed < order.size:
+        print(
+            f"warning: round_min_reports={needed} is below the {order.size} devices: a round may close "
+            "before every report is in, and the statistics then differ from kvldp attack's",
+            file=sys.stderr,
+        )
+
+    async def publish(stop: asyncio.Event) -> int:
+        async with Collector(collection, kafka_config=kafka, rng=genuine_rng(seed, 0)) as sdk:
+
+            async def fakes(control: Control) -> None:
+                batch = fake_reports(
+                    mechanism, attack, n_fakes, target, f_rng, Round(control.round, control.means)
+                )
+                await sdk.publish_reports(batch, fake_ids)
+
+            def said(report: RoundReport) -> None:
+                print(f"{report} (and {n_fakes} fake devices)", file=sys.stderr)
+
+            await until_stopped(stop, RoundFleet(users, genuine_ids).run(sdk, on_round=said, also=fakes))
+            return sdk.sent_reports
+
+    sent = run_async(publish, kafka)
+    print(
+        f"published {sent} reports to {collection.reports_topic}, {n_fakes} per round from fake devices "
+        f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
+        f"target mean {target.mean:g})",
+        file=sys.stderr,
+    )
 
 
 def _produce_rounds(

@@ -367,11 +367,8 @@ class Collector:
         the same encoding and messages as :meth:`publish_users`: what a device that does not
         run this client sends (``kvldp produce --fake-fraction``). The reports must be valid
         for the collection's mechanism; no spending rule applies (they are not this SDK's
-        perturbations). Returns the number of reports sent."""
-        if self.control is not None:
-            raise InvalidCollection(
-                f"collection {self.collection.name} reports in rounds: publish its devices round by round"
-            )
+        perturbations). The reports of an interactive collection carry their round and
+        the digest of its means. Returns the number of reports sent."""
         self.collection.mechanism.check_batch(batch)
         n = len(device_ids)
         if batch_len(batch) != n:
