@@ -14,7 +14,7 @@ population produces. This module holds the arithmetic of the ``robust`` estimato
 * a flagged key's excess is attributed to fake reports and removed from the symbols a
   maximal-gain fake sends (the symbol that adds most to the key's "holds +1" state
   first), which leaves the key with the level's number of reports;
-* the corrected frequency's variance includes the randomness of M_j that the removal
+* the corrected states' covariance includes the randomness of M_j that the removal
   exposes (the ordinary estimators condition on M_j; the corrected one replaces M_j by
   the level, so the genuine count of the other symbols is unconditional) and the
   level's own variance (pi/2 times the binomial variance over d keys, the median's).
@@ -98,18 +98,13 @@ def remove_excess(counts: FloatArray, excess: FloatArray, order: NDArray[np.int6
     return out
 
 
-def corrected_frequency_variance(
-    p: FloatArray,
-    inverse: FloatArray,
-    theta: FloatArray,
-    symbol: int,
-    test: ReportExcess,
-    f_row: FloatArray,
+def corrected_state_covariance(
+    p: FloatArray, inverse: FloatArray, theta: FloatArray, symbol: int, test: ReportExcess
 ) -> FloatArray:
-    """Variance of the corrected frequency f' = f_row A c' / level of flagged keys.
+    """Covariance (d, 3, 3) of the corrected states theta' = A c' / level of flagged keys.
 
     c' = L c + e level with L = I - e 1^T and e the unit vector of ``symbol`` (the removed
-    excess is M_j - level, all from that symbol). Genuine counts c of a key are Binomial
+    excess is M_j - level, all from that symbol). Genuine counts c of a key are binomial
     in number and multinomial given it: Cov(c) = M (diag pi - pi pi^T) + Var(M) pi pi^T,
     pi = P theta, M = level, Var(M) = level (1 - share); the level adds Var(level) e e^T.
     ``theta`` (d, 3) are the plug-in states (on the simplex).
@@ -117,13 +112,11 @@ def corrected_frequency_variance(
     j_out = p.shape[0]
     pi = theta @ p.T  # (d, J)
     level = test.level
-    var_m = test.sd**2
     eye = np.eye(j_out)
     cov = level * (pi[:, :, None] * eye[None] - pi[:, :, None] * pi[:, None, :])
-    cov += var_m * pi[:, :, None] * pi[:, None, :]
+    cov += test.sd**2 * pi[:, :, None] * pi[:, None, :]
     e = eye[symbol]
     lmap = eye - np.outer(e, np.ones(j_out))
     cov_c = np.einsum("ij,gjk,lk->gil", lmap, cov, lmap) + test.level_variance * np.outer(e, e)[None]
-    row = f_row @ inverse  # (J,)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.asarray(np.einsum("i,gij,j->g", row, cov_c, row) / level**2, dtype=np.float64)
+        return np.asarray(np.einsum("ij,gjk,lk->gil", inverse, cov_c, inverse) / level**2, dtype=np.float64)

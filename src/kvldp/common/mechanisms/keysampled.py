@@ -19,8 +19,8 @@ Everything else follows from P and one left inverse A (A P = I):
   of frequencies or means) and moves nothing where keys are precise;
 * ``robust``: ``em`` where the key's number of reports is consistent with uniform key
   sampling; where it is significantly above the other keys' (fake devices that target
-  the key), the excess is removed from the maximal-gain symbols, the frequency is
-  estimated from what remains and the mean is withheld (:mod:`~kvldp.common.robust`,
+  the key), the excess is removed from the maximal-gain symbols and the frequency and
+  mean are estimated in closed form from what remains (:mod:`~kvldp.common.robust`,
   docs/robust.md);
 * standard errors: the exact covariance of the counts given the population —
   multinomial over the M_j reporters, minus the finite-population correction for
@@ -52,7 +52,7 @@ from kvldp.common.primitives import FloatArray, disc
 from kvldp.common.robust import (
     FALSE_ALARM,
     Z_GATE,
-    corrected_frequency_variance,
+    corrected_state_covariance,
     gain_order,
     remove_excess,
     report_excess,
@@ -410,11 +410,10 @@ class KeySampledMechanism(Mechanism):
     def _robust_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
         """``robust``: ``em`` on every key whose report count passes the excess test of
         :func:`~kvldp.common.robust.report_excess`; on a flagged key, the excess removed
-        from the maximal-gain symbols (:func:`~kvldp.common.robust.remove_excess`), the
-        frequency the closed form of what remains (clipped into [0, 1], with the variance
-        of :func:`~kvldp.common.robust.corrected_frequency_variance`) and no mean: the
-        fakes' choice of symbols, which the counts do not identify, sets the sign split of
-        what is left (docs/robust.md)."""
+        from the maximal-gain symbols (:func:`~kvldp.common.robust.remove_excess`) and the
+        closed form of what remains: frequency clipped into [0, 1], mean where Fieller's
+        interval on the corrected states is bounded, both with the covariance of
+        :func:`~kvldp.common.robust.corrected_state_covariance` (docs/robust.md)."""
         em = self._em_estimate(stats, counts, options)
         reports = counts.sum(axis=1)
         test = report_excess(reports, self.keys_per_report / self.d)
@@ -429,36 +428,40 @@ class KeySampledMechanism(Mechanism):
             return replace(em, estimator="robust", diagnostics=diag)
         inverse = self.linear_inverse()
         order = gain_order(inverse, POS, NEG)
-        kept = remove_excess(counts, test.excess, order)
-        theta = self._linear_states(kept)
-        raw = theta[:, NEG] + theta[:, POS]
-        var = corrected_frequency_variance(
-            self.transition(), inverse, project_simplex(theta), int(order[0]), test, F_ROW
+        theta = self._linear_states(remove_excess(counts, test.excess, order))
+        cov = corrected_state_covariance(
+            self.transition(), inverse, project_simplex(theta), int(order[0]), test
         )
-        se = stderr(var)
+        raw = theta[:, NEG] + theta[:, POS]
+        se = stderr(quad(F_ROW, cov))
+        f_lo, f_hi = clipped_interval(raw, se)
+        m_lo, m_hi, bounded = fieller_interval(
+            theta[:, POS] - theta[:, NEG], raw, quad(D_ROW, cov), quad(F_ROW, cov), quad2(D_ROW, F_ROW, cov)
+        )
         flag = test.flagged
         freq = np.where(flag, np.clip(raw, 0.0, 1.0), em.frequency)
-        freq_se = np.where(flag, clipped_rmse(freq, se, 0.0, 1.0), em.frequency_stderr)
-        f_lo, f_hi = clipped_interval(raw, se)
+        mean = np.where(flag, np.where(bounded, self._mean_of(theta, reports), np.nan), em.mean)
         em_f_lo, em_f_hi = em.frequency_interval
         em_m_lo, em_m_hi = em.mean_interval
-        mean = np.where(flag, np.nan, em.mean)
-        withheld = int(np.sum(flag & np.isfinite(em.mean)))
         diag.update(
-            robust_withheld_means=withheld,
             undefined_means=int(np.sum(np.isnan(mean))),
-            not_estimable_means=int(diag["not_estimable_means"]) + withheld,
+            not_estimable_means=int(np.sum(np.isnan(mean) & (reports > 0))),
         )
         return replace(
             em,
             estimator="robust",
             frequency=freq,
-            frequency_stderr=freq_se,
+            frequency_stderr=np.where(flag, clipped_rmse(freq, se, 0.0, 1.0), em.frequency_stderr),
             mean=mean,
-            mean_stderr=np.where(flag, np.nan, em.mean_stderr),
+            mean_stderr=np.where(
+                flag, np.where(bounded, interval_stderr(m_lo, m_hi), np.nan), em.mean_stderr
+            ),
             diagnostics=diag,
             frequency_bounds=(np.where(flag, f_lo, em_f_lo), np.where(flag, f_hi, em_f_hi)),
-            mean_bounds=(np.where(flag, np.nan, em_m_lo), np.where(flag, np.nan, em_m_hi)),
+            mean_bounds=(
+                np.where(flag & bounded, m_lo, np.where(flag, np.nan, em_m_lo)),
+                np.where(flag & bounded, m_hi, np.where(flag, np.nan, em_m_hi)),
+            ),
         )
 
     def _variances_at(
