@@ -146,3 +146,11 @@ def test_mechanisms_without_robust_say_so(name: str) -> None:
     stats = mech.new_stats()
     with pytest.raises(UnknownEstimator, match=f"{name} has no estimator 'robust'"):
         mech.estimate(stats, "robust")
+
+
+@pytest.mark.parametrize("name", KEY_SAMPLED)
+def test_no_reports_give_nan_and_no_flag(name: str) -> None:
+    mech = create(name, 5, 1.0)
+    est = mech.estimate(mech.new_stats(), "robust")
+    assert est.diagnostics["robust_flagged_keys"] == 0
+    assert np.all(np.isnan(est.frequency)) and np.all(np.isnan(est.mean))
