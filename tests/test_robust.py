@@ -133,6 +133,18 @@ def test_a_flagged_key_has_honest_error_bars_under_attack(name: str) -> None:
     assert abs(m_ratio - 1) <= tol, m_ratio
 
 
+def test_robust_warm_starts_from_its_previous_estimate_as_em_does() -> None:
+    """The aggregator's refit passes the previous estimate as ``warm_start`` to every
+    estimator that returned a latent fit; ``robust`` hands it to its EM."""
+    mech = create("kvue", 10, 1.0)
+    stats = mech.collect(datasets.generate("uniform", 20_000, 10, 1).users, np.random.default_rng(0))
+    first = mech.estimate(stats, "robust")
+    assert first.latent is not None
+    again = mech.estimate(stats, "robust", warm_start=first)
+    assert again.diagnostics["em_warm_start"] is True
+    np.testing.assert_allclose(again.frequency, first.frequency, atol=1e-6)
+
+
 def test_robust_refuses_unknown_options() -> None:
     mech = create("kvue", 5, 1.0)
     stats = mech.collect(datasets.generate("uniform", 500, 5, 1).users, np.random.default_rng(0))
