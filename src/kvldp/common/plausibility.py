@@ -46,8 +46,8 @@ FALSE_REFUSAL_BOUND = 1e-6
 #: log-likelihoods closer than this are the same value (a threshold cannot split them)
 _TIE = 1e-9
 
-#: the set bits of every byte value
-_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.int64)
+#: the set bits of every byte value (uint8: a lookup costs no more memory than the bytes)
+_POPCOUNT = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1).sum(axis=1).astype(np.uint8)
 
 
 def set_bits(packed: NDArray[np.uint8]) -> IntArray:
@@ -55,7 +55,7 @@ def set_bits(packed: NDArray[np.uint8]) -> IntArray:
     rows with padding bits set are refused by the schema before this matters)."""
     if packed.shape[1] == 0:
         return np.zeros(packed.shape[0], dtype=np.int64)
-    return np.asarray(_POPCOUNT[packed].sum(axis=1), dtype=np.int64)
+    return np.asarray(_POPCOUNT[packed].sum(axis=1, dtype=np.int64), dtype=np.int64)
 
 
 @lru_cache(maxsize=8)
