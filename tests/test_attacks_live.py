@@ -43,7 +43,7 @@ async def test_live_fakes_fold_exactly_as_in_process(
     target = choose_targets(users.truth()[0], targets, 1.0, SEED)
     genuine = experiment.genuine_reports(mech, users, experiment.genuine_rng(SEED, 0))
     fakes = fake_reports(mech, attack, n_fakes, target, experiment.fake_rng(SEED, 0))
-    expected = experiment.fold_once(mech, genuine, fakes, defense("none"))
+    expected = experiment.fold_once(mech, genuine, fakes, defense("plausibility"))
 
     agg = Aggregator(
         collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
@@ -102,7 +102,7 @@ async def test_live_fakes_take_part_in_every_privkvm_round(broker: EmbeddedBroke
     def fakes(r: int, published: np.ndarray):
         return fake_reports(mech, "m2ga", n_fakes, target, f_rng, Round(r, published))
 
-    expected = experiment.privkvm_rounds(mech, users, experiment.genuine_rng(seed, 0), fakes, defense("none"))
+    expected = experiment.privkvm_rounds(mech, users, experiment.genuine_rng(seed, 0), fakes, defense("plausibility"))
     agg = Aggregator(
         collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
     )
