@@ -115,7 +115,7 @@ def test_score_scale() -> None:
     share = np.array([[-0.3, 0.5, 0.8], [0.3, 0.8, 0.1]])
     se = np.full((2, 3), 0.1)
     report = score(StateShares(share, se, {"padded_share": (-1.0, 0.01)}))
-    assert report.tests == 7
+    assert report.tests == 7 and report.jump_tests == 0
     expected = -(float(log10_normal_cdf(np.array([-3.0]))[0]) + math.log10(7))
     assert report.key_score[0] == pytest.approx(expected)
     assert report.key_test == ("state_neg", "state_pos")
@@ -157,11 +157,7 @@ def alarm_counts(
         whole = mech.collect(old, rng).add(recent)
         report = poisoning_reports(mech, {"recent": recent, "all": whole}, "recent", "all")["recent"]
         alarms += np.array([report.score >= t for t in thresholds])
-        jumps = (
-            report.tests
-            - int(np.isfinite(state_shares(mech, recent).share).sum())
-            - 2 * mech.name.startswith("pckv")
-        )
+        jumps = report.jump_tests
     return alarms, jumps
 
 

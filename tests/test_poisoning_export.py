@@ -68,6 +68,9 @@ def test_an_attacked_key_is_flagged_on_the_metric_within_one_refit() -> None:
     assert newest["keys"][c.keys[target]]["score"] >= ALERT_SCORE
     assert newest["keys"][c.keys[target]]["test"] == "jump_pos"
     assert newest["alert_score"] == ALERT_SCORE and newest["score"] >= ALERT_SCORE
+    # PCKV counts two states per key; only the newest window is tested for a jump
+    assert newest["jump_tests"] == 2 * len(c.keys)
+    assert payload["windows"]["all"]["poisoning"]["jump_tests"] == 0
 
 
 def test_item_oracles_export_no_poisoning_score() -> None:

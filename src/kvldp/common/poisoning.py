@@ -77,7 +77,8 @@ class PoisoningReport:
     gives any key a score >= s in at most 10^-s of refits); ``key_test``: the name of the
     key's most significant test (``state_pos``, ``jump_neg``, ...; '' where the key has
     no test); ``population_score``/``population_test`` the same over the population
-    tests (0 and '' without any); ``tests``: K, the number of p-values combined.
+    tests (0 and '' without any); ``tests``: K, the number of p-values combined, of
+    which ``jump_tests`` are the jump test's.
     """
 
     key_score: FloatArray
@@ -85,6 +86,7 @@ class PoisoningReport:
     population_score: float
     population_test: str
     tests: int
+    jump_tests: int = 0
 
     @property
     def score(self) -> float:
@@ -97,6 +99,7 @@ class PoisoningReport:
             "score": self.score,
             "alert_score": ALERT_SCORE,
             "tests": self.tests,
+            "jump_tests": self.jump_tests,
             "population_score": self.population_score,
             "population_test": self.population_test or None,
             "keys": {
@@ -145,8 +148,10 @@ def score(
     """Combine the tests of one window's ``shares`` (and, given the rest of the longest
     window and the newest window, the jump test) into a :class:`PoisoningReport`."""
     columns = {f"state_{s}": state_log10p(shares)[:, i] for i, s in enumerate(STATE_NAMES)}
+    jump_tests = 0
     if rest is not None and newest is not None:
         jumps = jump_log10p(newest, rest)
+        jump_tests = int(np.sum(~np.isnan(jumps)))
         columns.update({f"jump_{s}": jumps[:, i] for i, s in enumerate(STATE_NAMES)})
     names = list(columns)
     table = np.stack([columns[c] for c in names], axis=1)  # (d, T)
@@ -165,7 +170,7 @@ def score(
         pop_score, pop_test = _score(population[worst], tests), worst
     else:
         pop_score, pop_test = 0.0, ""
-    return PoisoningReport(key_score, key_test, pop_score, pop_test, tests)
+    return PoisoningReport(key_score, key_test, pop_score, pop_test, tests, jump_tests)
 
 
 def poisoning_reports(
