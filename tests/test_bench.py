@@ -54,7 +54,7 @@ def test_memory_reads_a_real_aggregator_process(capsys: pytest.CaptureFixture[st
 
 def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:
     rows = bench_refit_scaling(["kvue"], 10, 1.0, 1_000, 3_000, seed=0, repeats=1)
-    assert {r["estimator"] for r in rows} == {"unbiased", "em", "em (warm)", "normsub", "eb"}
+    assert {r["estimator"] for r in rows} == {"unbiased", "em", "em (warm)", "normsub", "eb", "robust"}
     for row in rows:
         assert set(SCALING_COLUMNS) <= set(row)
         assert row["ratio"] == pytest.approx(row["seconds_large"] / row["seconds_small"])

@@ -24,6 +24,7 @@ import numpy as np
 from kvldp.cli import (
     advise,
     aggregate,
+    attack,
     audit,
     bench,
     broker,
@@ -37,7 +38,20 @@ from kvldp.cli import (
 from kvldp.common.errors import KvldpError
 
 #: the subcommands, in the order ``kvldp --help`` lists them
-SUBCOMMANDS = (mechanisms, audit, evaluate, advise, bench, demo, broker, produce, aggregate, record, replay)
+SUBCOMMANDS = (
+    mechanisms,
+    audit,
+    evaluate,
+    attack,
+    advise,
+    bench,
+    demo,
+    broker,
+    produce,
+    aggregate,
+    record,
+    replay,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -40,6 +40,8 @@ positive_int = number_flag(int, lambda v: v >= 1, "a positive integer")
 non_negative_int = number_flag(int, lambda v: v >= 0, "a non-negative integer")
 positive_float = number_flag(float, lambda v: 0 < v < float("inf"), "a positive finite number")
 fraction = number_flag(float, lambda v: 0.0 <= v <= 1.0, "a fraction in [0, 1]")
+open_fraction = number_flag(float, lambda v: 0.0 < v < 1.0, "a fraction in (0, 1)")
+unit_value = number_flag(float, lambda v: -1.0 <= v <= 1.0, "a value in [-1, 1]")
 
 
 def int_list(text: str) -> list[int]:

@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvldp.cli.flags import Subparsers, fraction, positive_float, positive_int
+from kvldp.attacks.fakes import ATTACKS
+from kvldp.cli.flags import Subparsers, fraction, open_fraction, positive_float, positive_int, unit_value
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 from kvldp.sim import datasets
 
 if TYPE_CHECKING:
+    from kvldp.attacks.target import Target
     from kvldp.common.collection import Collection
     from kvldp.common.kvdata import KVData
     from kvldp.kafka.client_config import KafkaConfig
@@ -59,11 +61,39 @@ def register(sub: Subparsers) -> None:
         type=fraction,
         help="with --periods: fraction of devices that redraw their pairs each period (default 0.1)",
     )
+    p.add_argument(
+        "--fake-fraction",
+        type=open_fraction,
+        metavar="BETA",
+        help="with --simulate: add fake devices, a fraction BETA of all devices, sending the reports of "
+        "--attack; interleaved with the genuine devices under ordinary device ids (docs/attacks.md)",
+    )
+    p.add_argument(
+        "--attack", choices=ATTACKS, help="with --fake-fraction: what the fake devices send (default m2ga)"
+    )
+    p.add_argument(
+        "--targets",
+        type=positive_int,
+        metavar="R",
+        help="with --fake-fraction: the R least frequent keys of the population are the targets (default 1)",
+    )
+    p.add_argument(
+        "--target-mean",
+        type=unit_value,
+        metavar="M",
+        help="with --fake-fraction: value the fakes promote (default +1)",
+    )
     add_kafka_args(p)
     p.set_defaults(func=cmd_produce)
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
+    if args.fake_fraction is None:
+        stray = [f for f in ("attack", "targets", "target_mean") if getattr(args, f) is not None]
+        if stray:
+            raise KvldpError(f"--{stray[0].replace('_', '-')} goes with --fake-fraction BETA")
+    elif args.periods is not None or not args.simulate:
+        raise KvldpError("--fake-fraction goes with --simulate DATASET, without --periods")
     if args.periods is not None:
         return _produce_periods(args)
     if args.churn is not None:
@@ -97,6 +127,8 @@ def _produce_once(args: argparse.Namespace) -> int:
             raise KvldpError(str(exc)) from None
         if args.truth:
             Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
+        if args.fake_fraction is not None:
+            return _produce_with_fakes(args, collection, kafka, users)
         if is_interactive(collection):
             if args.rate:
                 raise KvldpError(
@@ -135,6 +167,143 @@ def _produce_once(args: argparse.Namespace) -> int:
         sent = run_async(publish_csv, kafka)
     print(f"published {sent} reports to {collection.reports_topic}", file=sys.stderr)
     return 0
+
+
+def _produce_with_fakes(
+    args: argparse.Namespace, collection: Collection, kafka: KafkaConfig, users: KVData
+) -> int:
+    """Genuine devices and fake ones (:mod:`kvldp.attacks`), shuffled together and keyed
+    ``device-0`` ... ``device-(N-1)`` in that order, published through the SDK in blocks.
+    The genuine reports and the fakes are exactly those of ``kvldp attack --repeats 1``
+    with the same ``--seed`` (default 0), so the aggregator's statistics equal its
+    in-process statistics with fakes."""
+    import asyncio
+
+    from kvldp.attacks.experiment import fake_count, fake_rng, genuine_reports, genuine_rng
+    from kvldp.attacks.fakes import fake_reports
+    from kvldp.attacks.target import InvalidTarget, choose_targets
+    from kvldp.common.control_record import is_interactive
+    from kvldp.common.schema import concat
+    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.producer.collector import Collector
+    from kvldp.progress import Progress
+    from kvldp.sim import simulate
+
+    mechanism = collection.mechanism
+    if not mechanism.collects_values:
+        raise KvldpError(
+            f"--fake-fraction: {mechanism.name} collects no values; the key-value attacks do not apply"
+        )
+    if collection.privacy.as_table():
+        raise KvldpError(
+            f"--fake-fraction: collection {collection.name} has a [privacy] table; fakes are simulated "
+            "without one (the spending rule would change which genuine reports go)"
+        )
+    if args.rate:
+        raise KvldpError("--rate goes without --fake-fraction (the fakes are sent as fast as possible)")
+    seed = args.seed or 0
+    frequency, _ = users.truth()
+    try:
+        target = choose_targets(
+            frequency, args.targets or 1, 1.0 if args.target_mean is None else args.target_mean, seed
+        )
+    except InvalidTarget as exc:
+        raise KvldpError(str(exc)) from None
+    attack = args.attack or "m2ga"
+    n_fakes = fake_count(users.n_users, args.fake_fraction)
+    order = np.random.default_rng([seed, 0x1D]).permutation(users.n_users + n_fakes)
+    if is_interactive(collection):
+        _produce_rounds_with_fakes(collection, kafka, users, order, seed, attack, n_fakes, target)
+        return 0
+    genuine = genuine_reports(mechanism, users, genuine_rng(seed, 0))
+    fakes = fake_reports(mechanism, attack, n_fakes, target, fake_rng(seed, 0))
+    everyone = concat([genuine, fakes])
+    everyone = {name: column[order] for name, column in everyone.items()}
+    ids = simulate.device_ids(order.size)
+    block = 4096
+
+    async def publish(stop: asyncio.Event) -> int:
+        async with Collector(collection, kafka_config=kafka) as sdk:
+            with Progress(order.size, f"produce {collection.name}") as bar:
+
+                async def send_all() -> None:
+                    for start in range(0, order.size, block):
+                        part = {name: column[start : start + block] for name, column in everyone.items()}
+                        await sdk.publish_reports(part, ids[start : start + block], args.batch_size)
+                        bar.advance(min(block, order.size - start))
+
+                await until_stopped(stop, send_all())
+            return sdk.sent_reports
+
+    sent = run_async(publish, kafka)
+    print(
+        f"published {sent} reports to {collection.reports_topic}, {n_fakes} of them from fake devices "
+        f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
+        f"target mean {target.mean:g})",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _produce_rounds_with_fakes(
+    collection: Collection,
+    kafka: KafkaConfig,
+    users: KVData,
+    order: np.ndarray,
+    seed: int,
+    attack: str,
+    n_fakes: int,
+    target: Target,
+) -> None:
+    """PrivKVM's rounds with fake devices in every round: the genuine fleet follows the
+    control topic as without fakes (its generator that of ``kvldp attack``), and after its
+    reports of each round the fakes send theirs, built on the round's published means.
+    Device ids are ``device-i`` for i in the shuffled ``order`` (genuine ones first in it)."""
+    import asyncio
+
+    from kvldp.attacks.experiment import fake_rng, genuine_rng
+    from kvldp.attacks.fakes import Round, fake_reports
+    from kvldp.common.control_record import Control, interactive_mechanism
+    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.producer.collector import Collector
+    from kvldp.sim import simulate
+    from kvldp.sim.round_fleet import RoundFleet, RoundReport
+
+    mechanism = collection.mechanism
+    ids = simulate.device_ids(order.size)
+    genuine_ids = [ids[i] for i in order[: users.n_users]]
+    fake_ids = [ids[i] for i in order[users.n_users :]]
+    f_rng = fake_rng(seed, 0)
+    needed = interactive_mechanism(collection).round_min_reports
+    if needed < order.size:
+        print(
+            f"warning: round_min_reports={needed} is below the {order.size} devices: a round may close "
+            "before every report is in, and the statistics then differ from kvldp attack's",
+            file=sys.stderr,
+        )
+
+    async def publish(stop: asyncio.Event) -> int:
+        async with Collector(collection, kafka_config=kafka, rng=genuine_rng(seed, 0)) as sdk:
+
+            async def fakes(control: Control) -> None:
+                batch = fake_reports(
+                    mechanism, attack, n_fakes, target, f_rng, Round(control.round, control.means)
+                )
+                await sdk.publish_reports(batch, fake_ids)
+
+            def said(report: RoundReport) -> None:
+                print(f"{report} (and {n_fakes} fake devices)", file=sys.stderr)
+
+            await until_stopped(stop, RoundFleet(users, genuine_ids).run(sdk, on_round=said, also=fakes))
+            return sdk.sent_reports
+
+    sent = run_async(publish, kafka)
+    print(
+        f"published {sent} reports to {collection.reports_topic}, {n_fakes} per round from fake devices "
+        f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
+        f"target mean {target.mean:g})",
+        file=sys.stderr,
+    )
 
 
 def _produce_rounds(

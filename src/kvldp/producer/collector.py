@@ -62,7 +62,7 @@ from kvldp.common.control_record import Control, interactive_mechanism, is_inter
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
 from kvldp.common.privacy import PrivacyBudgetExhausted
-from kvldp.common.schema import ReportBatch, from_rows
+from kvldp.common.schema import ReportBatch, batch_len, from_rows
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
 from kvldp.kafka.client_start import close_quietly, start_or_close
@@ -359,6 +359,23 @@ class Collector:
                     await asyncio.sleep(ahead)
         self.sent_reports += summary.published
         return summary
+
+    async def publish_reports(
+        self, batch: ReportBatch, device_ids: Sequence[str | bytes | int], batch_size: int = 1
+    ) -> int:
+        """Publish reports made elsewhere (already perturbed), one per device id, through
+        the same encoding and messages as :meth:`publish_users`: what a device that does not
+        run this client sends (``kvldp produce --fake-fraction``). The reports must be valid
+        for the collection's mechanism; no spending rule applies (they are not this SDK's
+        perturbations). The reports of an interactive collection carry their round and
+        the digest of its means. Returns the number of reports sent."""
+        self.collection.mechanism.check_batch(batch)
+        n = len(device_ids)
+        if batch_len(batch) != n:
+            raise ValueError("one device id per report is required")
+        await self._publish_batch(batch, device_ids, self._per_message(batch_size), self._now_ms())
+        self.sent_reports += n
+        return n
 
     async def publish_round(
         self, users: KVData, device_ids: Sequence[str | bytes | int], control: Control

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,8 +68,11 @@ class RoundFleet:
         sdk: Collector,
         on_round: Callable[[RoundReport], None] | None = None,
         on_progress: Callable[[int], None] | None = None,
+        also: Callable[[Control], Awaitable[None]] | None = None,
     ) -> list[RoundReport]:
-        """Report in every round until the rounds are complete; one report per round."""
+        """Report in every round until the rounds are complete; one report per round.
+        ``also`` runs in each round after the fleet's reports are sent (other devices of
+        the round, e.g. the fake ones of ``kvldp produce --fake-fraction``)."""
         if sdk.control is None:
             raise ValueError(f"collection {sdk.collection.name} is not interactive")
         reports: list[RoundReport] = []
@@ -82,6 +85,8 @@ class RoundFleet:
             members = np.flatnonzero(self.join_round <= control.round)
             users = self.users if members.size == self.users.n_users else self.users.take(members)
             summary = await sdk.publish_round(users, [self.device_ids[i] for i in members], control)
+            if also is not None:
+                await also(control)
             await sdk.flush()
             done = control.round
             report = RoundReport(control.round, summary, started, time.monotonic() - started)

@@ -17,6 +17,11 @@ Everything else follows from P and one left inverse A (A P = I):
   shrunk toward normal priors fitted across the keys, every key answered. It pays where
   the keys' spread is small against each key's noise (small epsilon, a narrow population
   of frequencies or means) and moves nothing where keys are precise;
+* ``robust``: ``em`` where the key's number of reports is consistent with uniform key
+  sampling; where it is significantly above the other keys' (fake devices that target
+  the key), the excess is removed from the maximal-gain symbols and the frequency and
+  mean are estimated in closed form from what remains (:mod:`~kvldp.common.robust`,
+  docs/robust.md);
 * standard errors: the exact covariance of the counts given the population —
   multinomial over the M_j reporters, minus the finite-population correction for
   sampling M_j of the n users without replacement — pushed through A (or through the
@@ -30,11 +35,13 @@ paper's estimator is not P^-1.
 from __future__ import annotations
 
 import abc
+from dataclasses import replace
 from typing import Any, ClassVar
 
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.common.clipped_normal import clipped_rmse
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
@@ -42,6 +49,14 @@ from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
 from kvldp.common.primitives import FloatArray, disc
+from kvldp.common.robust import (
+    FALSE_ALARM,
+    Z_GATE,
+    corrected_state_covariance,
+    gain_order,
+    remove_excess,
+    report_excess,
+)
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
 from kvldp.common.simplex import project_simplex
@@ -111,9 +126,11 @@ class KeySampledMechanism(Mechanism):
     """Base of the j-uniform, one-symbol mechanisms (see module docstring)."""
 
     symbol_field: ClassVar[str]
-    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "em", "normsub", "eb")
+    estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "em", "normsub", "eb", "robust")
     #: the estimators whose mean is NaN where it is not estimable (every one but ``eb``)
-    not_estimable_nan: ClassVar[frozenset[str]] = frozenset({"unbiased", "paper", "em", "em4", "normsub"})
+    not_estimable_nan: ClassVar[frozenset[str]] = frozenset(
+        {"unbiased", "paper", "em", "em4", "normsub", "robust"}
+    )
 
     # --------------------------------------------------------------- model
     @abc.abstractmethod
@@ -131,6 +148,11 @@ class KeySampledMechanism(Mechanism):
     @property
     def n_symbols(self) -> int:
         return int(self.transition().shape[0])
+
+    @property
+    def keys_per_report(self) -> int:
+        """How many keys one report is about (uniformly sampled, independently of the data)."""
+        return 1
 
     # --------------------------------------------------------------- client
     def fields(self) -> tuple[Field, ...]:
@@ -363,6 +385,8 @@ class KeySampledMechanism(Mechanism):
             return self._em_estimate(stats, counts, options)
         if estimator == "eb":
             return self._eb_estimate(stats, counts, theta_hat, options)
+        if estimator == "robust":
+            return self._robust_estimate(stats, counts, options)
         raise AssertionError(f"{self.name}: estimator {estimator} declared but not implemented")
 
     def _no_options(self, estimator: str, options: dict[str, Any]) -> None:
@@ -381,6 +405,63 @@ class KeySampledMechanism(Mechanism):
         }
         return self._result(
             "em", stats, theta, theta, theta, efficient=True, mean=mean, diagnostics=diag, latent=theta
+        )
+
+    def _robust_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
+        """``robust``: ``em`` on every key whose report count passes the excess test of
+        :func:`~kvldp.common.robust.report_excess`; on a flagged key, the excess removed
+        from the maximal-gain symbols (:func:`~kvldp.common.robust.remove_excess`) and the
+        closed form of what remains: frequency clipped into [0, 1], mean where Fieller's
+        interval on the corrected states is bounded, both with the covariance of
+        :func:`~kvldp.common.robust.corrected_state_covariance` (docs/robust.md)."""
+        em = self._em_estimate(stats, counts, options)
+        reports = counts.sum(axis=1)
+        test = report_excess(reports, self.keys_per_report / self.d)
+        diag = dict(em.diagnostics)
+        diag.update(
+            robust_flagged_keys=int(test.flagged.sum()),
+            robust_removed_reports=float(test.excess.sum()),
+            robust_false_alarm=FALSE_ALARM,
+            robust_gate_z=Z_GATE,
+        )
+        if not test.flagged.any():
+            return replace(em, estimator="robust", diagnostics=diag)
+        inverse = self.linear_inverse()
+        order = gain_order(inverse, POS, NEG)
+        theta = self._linear_states(remove_excess(counts, test.excess, order))
+        cov = corrected_state_covariance(
+            self.transition(), inverse, project_simplex(theta), int(order[0]), test
+        )
+        raw = theta[:, NEG] + theta[:, POS]
+        se = stderr(quad(F_ROW, cov))
+        f_lo, f_hi = clipped_interval(raw, se)
+        m_lo, m_hi, bounded = fieller_interval(
+            theta[:, POS] - theta[:, NEG], raw, quad(D_ROW, cov), quad(F_ROW, cov), quad2(D_ROW, F_ROW, cov)
+        )
+        flag = test.flagged
+        freq = np.where(flag, np.clip(raw, 0.0, 1.0), em.frequency)
+        mean = np.where(flag, np.where(bounded, self._mean_of(theta, reports), np.nan), em.mean)
+        em_f_lo, em_f_hi = em.frequency_interval
+        em_m_lo, em_m_hi = em.mean_interval
+        diag.update(
+            undefined_means=int(np.sum(np.isnan(mean))),
+            not_estimable_means=int(np.sum(np.isnan(mean) & (reports > 0))),
+        )
+        return replace(
+            em,
+            estimator="robust",
+            frequency=freq,
+            frequency_stderr=np.where(flag, clipped_rmse(freq, se, 0.0, 1.0), em.frequency_stderr),
+            mean=mean,
+            mean_stderr=np.where(
+                flag, np.where(bounded, interval_stderr(m_lo, m_hi), np.nan), em.mean_stderr
+            ),
+            diagnostics=diag,
+            frequency_bounds=(np.where(flag, f_lo, em_f_lo), np.where(flag, f_hi, em_f_hi)),
+            mean_bounds=(
+                np.where(flag & bounded, m_lo, np.where(flag, np.nan, em_m_lo)),
+                np.where(flag & bounded, m_hi, np.where(flag, np.nan, em_m_hi)),
+            ),
         )
 
     def _variances_at(

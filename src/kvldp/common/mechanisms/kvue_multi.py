@@ -184,6 +184,10 @@ class KVUEMulti(KeySampledMechanism):
         counts = one.arrays["counts"].astype(np.float64) * self.t
         return Stats.expected(self, {"counts": counts, "n": one.arrays["n"].astype(np.float64)})
 
+    @property
+    def keys_per_report(self) -> int:
+        return self.t
+
     # --------------------------------------------------------------- estimation
     def frequency_covariance(self, stats: Stats, joint: FloatArray | None = None) -> FloatArray:
         """(d, d) covariance of the ``unbiased`` frequencies (module docstring), at the plug-in

@@ -17,6 +17,8 @@ Estimators:
   identified (it depends on the start point), so it always starts from uniform and is
   for reproducing that paper only.
 * ``normsub`` — PrivKV-A projected onto the simplex per key.
+* ``robust`` — ``em`` with keys that received significantly more reports than uniform key
+  sampling allows corrected for the excess (docs/robust.md).
 
 Privacy: (eps1 + eps2)-LDP by composition; the exact level is
 max{eps2, eps1 + ln(2 / (1 + e^-eps2))}, which the audit reproduces.
@@ -106,7 +108,7 @@ class PrivKV(KeySampledMechanism):
     summary = "PrivKV LPP: sampled key bit RR(eps1) + value VPP(eps2) (Ye et al. 2019; Sun et al. 2019)"
     symbol_field = "s"
     params_spec = (KEY_FRACTION,)
-    estimator_names = ("unbiased", "paper", "em", "em4", "normsub")
+    estimator_names = ("unbiased", "paper", "em", "em4", "normsub", "robust")
 
     def _setup(self) -> None:
         frac = float(self.params["key_fraction"])
