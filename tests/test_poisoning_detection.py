@@ -1,4 +1,5 @@
-"""Detection of maximal-gain fake devices (M2GA) by the poisoning score, in-process.
+"""Detection of fake devices by the poisoning score, in-process, with the fakes of
+:mod:`kvldp.attacks.fakes` (maximal gain, adaptive, input poisoning).
 
 Two situations. *Steady*: the fakes have reported all along, at the same rate as the
 genuine devices, and only one snapshot's consistency tests can see them. *Onset*: the
@@ -13,13 +14,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from kvldp.attacks.fakes import fake_reports
+from kvldp.attacks.target import Target
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.poisoning import ALERT_SCORE, PoisoningReport, poisoning_reports
 from kvldp.sim.datasets import generate
-
-from support.m2ga_fakes import fake_count, fake_reports
 
 #: share of the genuine devices that report inside the newest window
 NEWEST = 0.1
@@ -41,13 +42,14 @@ def attacked(
     cut = int((1 - NEWEST) * users.n_users)
     old = mech.collect(users.rows(0, cut), rng)
     recent = mech.collect(users.rows(cut, users.n_users), rng)
-    fakes = fake_count(beta, users.n_users)
+    fakes = round(beta / (1.0 - beta) * users.n_users)  # beta of all devices
+    target = Target(np.asarray(targets, dtype=np.int64))
     if onset:
-        recent.fold(fake_reports(kind, mech, targets, fakes, rng))
+        recent.fold(fake_reports(mech, kind, fakes, target, rng))
     else:
         late = round(fakes * NEWEST)
-        old.fold(fake_reports(kind, mech, targets, fakes - late, rng))
-        recent.fold(fake_reports(kind, mech, targets, late, rng))
+        old.fold(fake_reports(mech, kind, fakes - late, target, rng))
+        recent.fold(fake_reports(mech, kind, late, target, rng))
     reports = poisoning_reports(mech, {"recent": recent, "all": old.merge(recent)}, "recent", "all")
     return reports["recent" if onset else "all"]
 
@@ -61,14 +63,26 @@ def population() -> KVData:
     return generate("gaussian_pckv", 20_000, 20, seed=5).users
 
 
-@pytest.mark.parametrize("name", ["privkv", "kvue", "f2m", "kvoh"])
+@pytest.mark.parametrize("name", ["privkv", "kvue", "f2m", "kvoh", "kvue_multi"])
 def test_key_sampled_fakes_are_flagged_in_one_snapshot(population: KVData, name: str) -> None:
-    """<t, +1-symbol> fakes drive t's estimated count of -1 holders below 0: flagged even
-    when they have reported all along."""
+    """Maximal-gain fakes pile reports on t (an excess no key sampling produces) and drive
+    its estimated count of -1 holders below 0: flagged even when they have reported all
+    along."""
     targets = rarest(population, 1)
-    report = attacked(create(name, population.d, 1.0), population, targets, 0.05, onset=False, seed=1)
+    mech = create(name, population.d, 1.0)
+    report = attacked(mech, population, targets, 0.05, onset=False, seed=1)
     assert report.key_score[targets[0]] >= ALERT_SCORE
-    assert report.key_test[targets[0]] == "state_neg"
+    assert report.key_test[targets[0]] in ("reports", "state_neg")
+
+
+@pytest.mark.parametrize("name", ["privkv", "kvue", "kvoh"])
+def test_adaptive_key_sampled_fakes_are_flagged_by_their_report_count(population: KVData, name: str) -> None:
+    """Adaptive fakes send the genuine client's symbol for <t, +1> at their target: every
+    state count stays possible, but key sampling gives t too many reports."""
+    targets = rarest(population, 3)
+    report = attacked(create(name, population.d, 1.0), population, targets, 0.05, False, 5, "adaptive")
+    assert np.all(report.key_score[targets] >= ALERT_SCORE)
+    assert all(report.key_test[t] == "reports" for t in targets)
 
 
 def test_unary_fakes_break_the_population_constraint(population: KVData) -> None:
@@ -116,12 +130,13 @@ def detection_rate(
 @pytest.mark.full
 def test_detection_table() -> None:
     """The table of docs/detection.md: 100,000 genuine devices of gaussian_pckv, d = 50,
-    one and three rare targets, 20 runs per cell; printed, and the onset rows of M2GA and
-    the plausible mix checked."""
+    one and three rare targets, 20 runs per cell; printed, and the onset rows of M2GA
+    checked."""
     users = generate("gaussian_pckv", 100_000, 50, seed=1).users
     runs = 20
     rows = [(name, "m2ga", r) for name in ("pckv_grr", "pckv_ue", "privkv", "kvue") for r in (1, 3)]
-    rows += [("pckv_grr", "mix", 3), ("pckv_grr", "rkva", 3), ("privkv", "rkva", 3)]
+    rows += [(name, "adaptive", 3) for name in ("pckv_grr", "pckv_ue", "privkv", "kvue")]
+    rows += [("pckv_grr", "rkva", 3), ("privkv", "rkva", 3)]
     print("\nmechanism attack eps r situation | beta 0 0.1% 0.5% 1% 5%: targets flagged / any alarm")
     for name, kind, r in rows:
         for eps in (1.0, 4.0):
@@ -132,7 +147,7 @@ def test_detection_table() -> None:
                     cells.append(f"{flagged:.2f}/{alarmed:.2f}")
                     if beta == 0.0:
                         assert alarmed <= 0.1  # 20 runs at a false-alarm rate <= 0.001
-                    if onset and beta >= 0.01 and kind != "rkva":
+                    if onset and beta >= 0.01 and kind == "m2ga":
                         assert flagged == 1.0, (name, kind, eps, r, beta)
                 situation = "onset" if onset else "steady"
                 print(f"{name} {kind} {eps:g} {r} {situation} | " + " | ".join(cells), flush=True)

@@ -13,12 +13,13 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvldp.aggregator.exporter import POISONING_BASIS, SnapshotCollector
 from kvldp.aggregator.refit import jump_windows, refit
 from kvldp.aggregator.state import AggregatorState
+from kvldp.attacks.fakes import fake_reports
+from kvldp.attacks.target import Target
 from kvldp.common.collection import Collection
 from kvldp.common.poisoning import ALERT_SCORE
 from kvldp.common.stats import Stats
 from kvldp.sim.datasets import generate
 
-from support.m2ga_fakes import fake_count, m2ga_reports
 from support.pipeline import unique_collection
 
 
@@ -53,7 +54,7 @@ def test_an_attacked_key_is_flagged_on_the_metric_within_one_refit() -> None:
     old = mech.collect(users.rows(0, 18_000), rng)
     recent = mech.collect(users.rows(18_000, 20_000), rng)
     target = int(np.argmin(np.bincount(users.keys, minlength=8)))
-    recent.fold(m2ga_reports(mech, np.array([target]), fake_count(0.01, 20_000), rng))
+    recent.fold(fake_reports(mech, "m2ga", 202, Target(np.array([target])), rng))  # 1% of all devices
     windows = {"1m": recent, "all": old.merge(recent)}
     series = samples(c, windows)
     scores = {(labels["key"], labels["window"]): value for labels, value in series["kvldp_poisoning_score"]}

@@ -12,6 +12,13 @@ every refit (docs/detection.md):
   with standard error se. The test of one count is one-sided: z = share / se,
   p = Phi(z). Under a genuine population z is N(mu, 1) with mu >= 0 (to first order),
   so P(p <= a) <= a, with equality for a state nobody is in.
+* **Reports no key sampling produces.** In a key-sampled mechanism every genuine device
+  picks the key(s) it reports on uniformly, independently of its data, so the number of
+  reports M_j about key j is Binomial(n, t/d) whatever the population. A fake must
+  report on its target, so a targeted attack leaves an excess. The test is one-sided
+  and exact up to a bound that only makes it conservative: p = P(X >= M_j) <=
+  pmf(M_j) / (1 - r), r = (n - M_j) q / ((M_j + 1)(1 - q)), the ratio of consecutive
+  binomial terms, which only falls further into the tail (p = 1 at or below the mean).
 * **Population constraints.** PCKV's padded share (the share of reports whose device
   sampled a dummy slot) is >= 0 in every population; a unary fake with many ``pos``
   bits drives it below.
@@ -23,7 +30,7 @@ every refit (docs/detection.md):
   operator wants to see as well.
 
 The score. All p-values of one window of one refit (K of them: three states per key,
-the jump's states, the population counts) are combined by Bonferroni: a key's score
+the report counts, the jump's states, the population counts) are combined by Bonferroni: a key's score
 is -log10(min(1, K p_min)) with p_min its smallest p-value, the population score the
 same over the population tests. Whatever the genuine population, the probability that
 *any* score of the window reaches s in one refit is at most 10^-s (Bonferroni needs no
@@ -126,6 +133,36 @@ def jump_log10p(newest: StateShares, rest: StateShares) -> FloatArray:
     return np.asarray(math.log10(2.0) + log10_normal_cdf(-z), dtype=np.float64)
 
 
+_LGAMMA = np.frompyfunc(math.lgamma, 1, 1)
+
+
+def report_log10p(reports: FloatArray, share: float) -> FloatArray:
+    """log10 of an upper bound on P(X >= M_j), X ~ Binomial(n, q) with q = ``share`` the
+    chance that a genuine report is about a given key and n = sum(M_j) / (q d) the
+    reports: pmf(M_j) / (1 - r) beyond the mean (see the module docstring), 0 (p = 1) at
+    or below it; NaN without reports. Exact to within the factor 1/(1 - r) in the tail,
+    never below p."""
+    k = np.asarray(reports, dtype=np.float64)
+    n = float(np.rint(k.sum() / (share * k.size))) if k.size and share > 0 else 0.0
+    if n <= 0 or share >= 1:  # no reports, or every report is about every key
+        return np.full(k.shape, np.nan)
+    out = np.zeros(k.shape)
+    q = share
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (n - k) * q / ((k + 1) * (1 - q))
+    tail = (k > n * q) & (ratio < 1) & (k <= n)
+    kt = k[tail]
+    log_pmf = (
+        math.lgamma(n + 1)
+        - np.asarray(_LGAMMA(kt + 1), dtype=np.float64)
+        - np.asarray(_LGAMMA(n - kt + 1), dtype=np.float64)
+        + kt * math.log(q)
+        + (n - kt) * math.log1p(-q)
+    )
+    out[tail] = np.minimum(0.0, (log_pmf - np.log1p(-ratio[tail])) / _LN10)
+    return out
+
+
 def population_log10p(shares: StateShares) -> dict[str, float]:
     """log10 of the one-sided p-value of every population count (NaN: not testable)."""
     out: dict[str, float] = {}
@@ -148,6 +185,8 @@ def score(
     """Combine the tests of one window's ``shares`` (and, given the rest of the longest
     window and the newest window, the jump test) into a :class:`PoisoningReport`."""
     columns = {f"state_{s}": state_log10p(shares)[:, i] for i, s in enumerate(STATE_NAMES)}
+    if shares.reports is not None:
+        columns["reports"] = report_log10p(shares.reports, shares.report_share)
     jump_tests = 0
     if rest is not None and newest is not None:
         jumps = jump_log10p(newest, rest)
@@ -201,10 +240,12 @@ def false_alarm_rate(expected: StateShares, threshold: float = ALERT_SCORE, jump
     score >= ``threshold`` in one refit.
 
     A count with mean mu and standard error se alarms when z <= -c, c the z that the
-    threshold and the K tests imply: probability Phi(-c - mu/se). ``jumps`` two-sided
-    jump tests of a stationary population add 2 Phi(-c) each (their z has mean 0). The
-    rate treats the tests as independent normals: they are across keys; within a key
-    the states are correlated, which makes the true rate a little smaller."""
+    threshold and the K tests imply: probability Phi(-c - mu/se). Tests whose statistic
+    has the same law in every genuine population alarm with probability 10^-s / K at
+    most each: the report counts of key sampling (their bound on p makes it less) and
+    the ``jumps`` two-sided jump tests of a stationary population. The rate treats the
+    tests as independent: they are across keys; within a key the states are
+    correlated, which makes the true rate a little smaller."""
     mu = np.concatenate(
         [expected.share.ravel(), np.array([v for v, _ in expected.population.values()], dtype=np.float64)]
     )
@@ -212,14 +253,15 @@ def false_alarm_rate(expected: StateShares, threshold: float = ALERT_SCORE, jump
         [expected.stderr.ravel(), np.array([s for _, s in expected.population.values()], dtype=np.float64)]
     )
     usable = np.isfinite(mu) & np.isfinite(se) & (se > 0)
-    k = int(usable.sum()) + jumps
+    at_null = jumps + (expected.d if expected.reports is not None else 0)
+    k = int(usable.sum()) + at_null
     if k == 0:
         return 0.0
     # p <= 10^-threshold / K  <=>  z <= -c (one-sided); two-sided: |z| >= c2
     c = _inverse_lower_tail(10.0 ** (-threshold) / k)
     tails = 10.0 ** log10_normal_cdf(-c - mu[usable] / se[usable])
-    jump_tail = min(1.0, 10.0 ** (-threshold) / k) if jumps else 0.0
-    log_quiet = np.sum(np.log1p(-tails)) + jumps * math.log1p(-jump_tail)
+    null_tail = min(1.0, 10.0 ** (-threshold) / k) if at_null else 0.0
+    log_quiet = np.sum(np.log1p(-tails)) + at_null * math.log1p(-null_tail)
     return float(-math.expm1(log_quiet))
 
 

@@ -12,7 +12,9 @@ shares of the reports, from the unbiased basis each estimator family already has
 
 * key-sampled mechanisms (PrivKV, F2M, KVUE, KVOH and KVUE-multi): the closed-form
   states theta = A(counts[j] / M_j) of all three states, with the exact covariance of
-  the counts at the simplex-projected states pushed through A;
+  the counts at the simplex-projected states pushed through A; and the number of
+  reports M_j about each key, which uniform key sampling makes Binomial(n, t/d) (t keys
+  per report) whatever the population holds;
 * PCKV (UE and GRR): Algorithm 4's linear counts A^-1 (n1 - nb/2, n2 - nb/2) / n of the
   reports that sampled <j, +1> and <j, -1>, with the exact covariance of (n1, n2) at the
   raw frequency clipped into [0, 1] and the ratio mean; the padded share
@@ -21,8 +23,8 @@ shares of the reports, from the unbiased basis each estimator family already has
   what a unary fake with fewer set bits than a genuine report drives below 0);
 * joint-state mechanisms (IOH, IOH-OUE, IOH-HRR): the calibrated cell counts summed over
   each key's three states, with their exact variances;
-* PrivKVM: the states of round 1 (the one round whose transition does not depend on
-  published means), as for PrivKV.
+* PrivKVM: the states and report counts of round 1 (the one round whose transition
+  does not depend on published means), as for PrivKV.
 
 Item oracles (``collects_values = False``) are not covered: their only count per item is
 its frequency, whose unbiased estimate is the only thing a fake can move, and a fake
@@ -57,11 +59,15 @@ class StateShares:
     reports in that state and its standard error; NaN where the mechanism has no such
     count (PCKV's ``absent``) or the key has no reports. ``population`` holds
     population-level counts that are >= 0 for every genuine population, by name:
-    (unbiased estimate, standard error)."""
+    (unbiased estimate, standard error). Key-sampled mechanisms also give ``reports``,
+    the reports about each key (M_j), and ``report_share``, the chance t/d that a genuine
+    report is about a given key."""
 
     share: FloatArray
     stderr: FloatArray
     population: dict[str, tuple[float, float]] = field(default_factory=dict)
+    reports: FloatArray | None = None
+    report_share: float = 0.0
 
     @property
     def d(self) -> int:
@@ -111,7 +117,9 @@ def _sampled(
 def _key_sampled(mechanism: KeySampledMechanism, stats: Stats) -> StateShares:
     counts = stats.arrays["counts"].astype(np.float64)
     theta, se = _sampled(mechanism.transition(), mechanism.linear_inverse(), counts, stats.n_reports)
-    return StateShares(theta, se)
+    return StateShares(
+        theta, se, reports=counts.sum(axis=1), report_share=mechanism.keys_per_report / mechanism.d
+    )
 
 
 def _privkvm(mechanism: PrivKVM, stats: Stats) -> StateShares:
@@ -119,7 +127,7 @@ def _privkvm(mechanism: PrivKVM, stats: Stats) -> StateShares:
     transition = lpp_transition(float(mechanism.p1[0]), mechanism.p2)
     inverse = np.asarray(np.linalg.inv(transition), dtype=np.float64)
     theta, se = _sampled(transition, inverse, counts, round(float(counts.sum())))
-    return StateShares(theta, se)
+    return StateShares(theta, se, reports=counts.sum(axis=1), report_share=1.0 / mechanism.d)
 
 
 def _pckv(mechanism: PCKV, stats: Stats) -> StateShares:
