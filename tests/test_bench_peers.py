@@ -19,10 +19,19 @@ import pytest
 from kvldp.bench import peers
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create
+from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, pack_bits
 from kvldp.common.schema import ReportBatch
 from kvldp.sim.datasets import generate
+
+
+@pytest.fixture(autouse=True)
+def _client_probabilities(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These worked examples and folds check the client's p, q (a, b) exactly: the
+    plausibility rule (docs/plausibility.md) refuses nothing here."""
+    monkeypatch.setattr(Mechanism, "false_refusal_bound", 0.0)
+
 
 EPS = 1.0
 

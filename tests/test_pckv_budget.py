@@ -92,7 +92,8 @@ def test_allocations(eps: float) -> None:
     ):
         ue = PCKVUE(7, eps, allocation=alloc)
         assert (ue.eps1, ue.eps2) == pytest.approx((eps1, eps2), abs=1e-12)
-        assert math.log(ue.a * (1 - ue.b) / (ue.b * (1 - ue.a))) == pytest.approx(eps1, abs=1e-12)
+        a, b = ue.client_a, ue.client_b
+        assert math.log(a * (1 - b) / (b * (1 - a))) == pytest.approx(eps1, abs=1e-12)
         assert math.log(ue.p / (1 - ue.p)) == pytest.approx(eps2, abs=1e-12)
     grr = PCKVGRR(7, eps, ell=3)
     big_d = 3 * math.expm1(eps)

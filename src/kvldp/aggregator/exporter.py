@@ -8,6 +8,8 @@ Metric names and labels are a contract:
 * ``kvldp_duplicates_total``, ``kvldp_topic_resets_total``, ``kvldp_privacy_budget_epsilon``
   (with a budget), ``kvldp_checkpoint_duration_seconds`` (histogram) and
   ``kvldp_last_checkpoint_timestamp_seconds``;
+* ``kvldp_implausible_devices{collection}``: devices with at least one report refused as
+  ``implausible_report`` (docs/plausibility.md; an upper bound past a bounded list);
 * ``kvldp_device_privacy_spent_epsilon{collection}`` (histogram over devices; collections
   with a ``[privacy]`` table): the epsilon each device has spent, as the server counts it;
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
@@ -211,6 +213,13 @@ class SnapshotCollector(PromCollector):
             )
             budget.add_metric([name], self.collection.epsilon * limit)
             yield budget
+        flagged = GaugeMetricFamily(
+            "kvldp_implausible_devices",
+            "Devices with at least one report refused as implausible (docs/plausibility.md).",
+            labels=["collection"],
+        )
+        flagged.add_metric([name], float(state.implausible_devices))
+        yield flagged
         if state.tracks_devices or state.rounds is not None:
             yield self._spent_histogram(state)
         if state.rounds is not None:

@@ -90,6 +90,8 @@ class Plan:
     round_book: RoundBook | None = None
     round_index: int = -1
     round_complete: bool = False
+    #: keyed hash of the device of each report refused as implausible
+    implausible: NDArray[np.uint64] | None = None
 
     @property
     def n_reports(self) -> int:
@@ -117,6 +119,8 @@ class Plan:
         target.next_offset = self.next_offset
         target.rejected.update(Counter(r.reason for r in self.rejected))
         target.duplicates += self.duplicates
+        if self.implausible is not None:
+            target.flagged.add(self.implausible)
         target.recent.insert(self.tagged, self.probe)
         target.ledger = self.ledger
         target.last_digest = self.last_digest
@@ -198,6 +202,7 @@ def plan(
                 rejected.append(Rejected(r.offset, r.key, r.value, "budget_exceeded", detail))
             keep &= ~np.isin(decoded.message, messages[outcome != ADMITTED])
     rejected.sort(key=lambda r: r.offset)
+    flagged = [r.key for r in rejected if r.reason == "implausible_report"]
     reports = {k: v[keep] for k, v in decoded.reports.items()}
     buckets = state.buckets_of(timestamps[decoded.message[keep]])
     devices = hashes[decoded.message[keep]] if state.tracks_devices and hashes is not None else None
@@ -217,6 +222,7 @@ def plan(
         round_book,
         -1 if rounds is None else rounds.open_round,
         rounds is not None and rounds.complete,
+        device_hashes(ledger_key, flagged) if flagged else None,
     )
 
 

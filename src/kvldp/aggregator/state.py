@@ -35,6 +35,7 @@ from numpy.typing import NDArray
 
 from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction
+from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.common.atomic_file import write_atomically
@@ -86,6 +87,8 @@ class PartitionState:
     folded: int = 0
     #: rounds each device reported in (interactive collections)
     round_book: RoundBook = field(default_factory=RoundBook)
+    #: devices with reports refused as implausible (docs/plausibility.md)
+    flagged: FlaggedDevices = field(default_factory=FlaggedDevices)
 
     @property
     def reports(self) -> int:
@@ -217,6 +220,12 @@ class AggregatorState:
         """Records not yet folded per partition, from the last high watermark seen."""
         return {p: max(0, s.highwater - s.next_offset) for p, s in self.partitions.items()}
 
+    @property
+    def implausible_devices(self) -> int:
+        """Devices with at least one report refused as implausible (summed over partitions:
+        a device's reports stay in the partition its record key picks)."""
+        return sum(s.flagged.count for s in self.partitions.values())
+
     def rejected_totals(self) -> Counter[str]:
         total: Counter[str] = Counter()
         for state in self.partitions.values():
@@ -247,6 +256,7 @@ class AggregatorState:
                     "last": s.last_digest,
                     "highwater": s.highwater,
                     "folded": s.folded,
+                    "flagged": s.flagged.to_wire(),
                     **({"book": s.book.to_wire()} if self.tracks_devices else {}),
                     **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
                 }
@@ -304,6 +314,9 @@ class AggregatorState:
                     last_digest=bytes(entry["last"]),
                     highwater=int(entry["highwater"]),
                     book=DeviceBook.from_wire(entry["book"]) if "book" in entry else DeviceBook(),
+                    flagged=(
+                        FlaggedDevices.from_wire(entry["flagged"]) if "flagged" in entry else FlaggedDevices()
+                    ),
                     round_book=(
                         RoundBook.from_wire(entry["round_book"]) if state.rounds is not None else RoundBook()
                     ),

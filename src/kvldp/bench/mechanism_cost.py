@@ -68,7 +68,7 @@ def bench_fold(
                 mech = create(name, keys, epsilon)
                 count = min(reports, max(1, MAX_BATCH_BYTES // _report_bytes(name, keys, epsilon)))
                 users = generate("uniform", count, keys, seed).users
-                batch = mech.perturb_many(users, rng)
+                batch = mech.plausible(mech.perturb_many(users, rng))
                 n = batch_len(batch)
                 times = []
                 for _ in range(repeats):

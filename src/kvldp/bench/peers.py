@@ -256,7 +256,7 @@ class _Tally:
 
 def _kvldp_frequency(mech: ItemOracle, batch: ReportBatch, estimator: str) -> FloatArray:
     """kvldp's server side: fold the batch into fresh statistics (validating it) and estimate."""
-    return mech.estimate(mech.new_stats().fold(batch), estimator).frequency
+    return mech.estimate(mech.new_stats().fold(mech.plausible(batch)), estimator).frequency
 
 
 def _timed(run: Callable[[], FloatArray]) -> tuple[float, FloatArray]:

@@ -25,7 +25,8 @@ small container limits, and every exception at the boundary becomes a
 
 ``oversize``, ``undecodable``, ``bad_envelope``, ``unsupported_version``,
 ``wrong_collection``, ``wrong_mechanism``, ``config_mismatch``, ``bad_payload``,
-``out_of_range``, ``invalid_report``, ``stale``, ``future`` (and the aggregator's own
+``out_of_range``, ``invalid_report``, ``implausible_report`` (a report no input makes
+plausible: docs/plausibility.md), ``stale``, ``future`` (and the aggregator's own
 ``budget_exceeded``, and for interactive collections ``stale_round`` — a report for a
 round that is not the open one — and ``round_mismatch`` — built on other means than
 the ones published for its round).
@@ -64,6 +65,7 @@ REASONS = (
     "bad_payload",
     "out_of_range",
     "invalid_report",
+    "implausible_report",
     "stale",
     "future",
     "budget_exceeded",

@@ -6,7 +6,10 @@ A concrete mechanism provides
    step by step) — ``perturb`` for one device is the same code on one row;
 2. the statistics: ``stats_shapes`` and ``fold_arrays`` (integer additions only);
 3. the estimators: ``_estimate(stats, estimator, options)``;
-4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.privacy_audit`).
+4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.privacy_audit`);
+5. optionally, the exact one-report plausibility rule: ``plausibility_rule`` and
+   ``report_statistic`` (see :mod:`kvldp.common.plausibility`; by default no report is
+   implausible).
 
 Adding a mechanism means adding one module and registering it; producer and aggregator
 only ever talk to this interface.
@@ -29,6 +32,7 @@ from kvldp.common.estimate import Estimate
 from kvldp.common.kvdata import KVData
 from kvldp.common.output_model import OutputModel
 from kvldp.common.params import InvalidParameter, Param, ParamValue, parse_params
+from kvldp.common.plausibility import FALSE_REFUSAL_BOUND, RefusalRule
 from kvldp.common.schema import (
     Field,
     InvalidReport,
@@ -66,6 +70,8 @@ class Mechanism(abc.ABC):
     max_keys: ClassVar[int | None] = None
     #: ... and what to tell a user who asks for more
     max_keys_advice: ClassVar[str] = ""
+    #: largest probability that the plausibility rule refuses a genuine report (any input)
+    false_refusal_bound: ClassVar[float] = FALSE_REFUSAL_BOUND
 
     def __init__(self, d: int, epsilon: float, **params: object) -> None:
         keys = integer(
@@ -117,6 +123,25 @@ class Mechanism(abc.ABC):
         """Constraints beyond per-field ranges, as (bad-row mask, reason) pairs."""
         return []
 
+    def plausibility_rule(self) -> RefusalRule | None:
+        """The exact refusal region of this configuration over :meth:`report_statistic`
+        (docs/plausibility.md), or None. An eps-LDP report of one output symbol (GRR, OLH,
+        HR, PCKV-GRR, ...) has positive probability under every input, so no such report is
+        implausible and the default is None (FHR, only FLDP: see docs/plausibility.md)."""
+        return None
+
+    def report_statistic(self, batch: ReportBatch) -> NDArray[np.int64]:
+        """Per row, the index of the value of the statistic the plausibility rule reads."""
+        raise NotImplementedError(f"{self.name} has no plausibility statistic")
+
+    def implausible_rows(self, batch: ReportBatch) -> NDArray[np.bool_]:
+        """Rows no input makes plausible (docs/plausibility.md); meaningful on rows that pass
+        the field and constraint checks. Default: none."""
+        rule = self.plausibility_rule()
+        if rule is None or not rule.active:
+            return np.zeros(batch_len(batch), dtype=bool)
+        return rule.refuses(self.report_statistic(batch))
+
     def valid_rows(self, batch: ReportBatch) -> NDArray[np.bool_]:
         """The valid-row mask alone: the hot path of folding and decoding, which needs the
         reasons (:meth:`validate_coded`) only when some row is bad."""
@@ -125,6 +150,7 @@ class Mechanism(abc.ABC):
             valid &= ~bad
         for bad, _ in self._validate_extra(batch):
             valid &= ~bad
+        valid &= ~self.implausible_rows(batch)
         return valid
 
     def validate_coded(
@@ -132,7 +158,8 @@ class Mechanism(abc.ABC):
     ) -> tuple[NDArray[np.bool_], NDArray[np.object_], NDArray[np.object_]]:
         """(valid mask, reason code, detail) per row: ``out_of_range`` for a field outside its
         domain (index too large, padding bits set), ``invalid_report`` for a violated
-        mechanism constraint. Never raises on bad rows."""
+        mechanism constraint, then ``implausible_report`` for a report no input makes
+        plausible (:meth:`implausible_rows`). Never raises on bad rows."""
         valid, details = validate_fields(batch, self.fields())
         codes = np.full(valid.shape[0], "", dtype=object)
         codes[~valid] = "out_of_range"
@@ -141,6 +168,14 @@ class Mechanism(abc.ABC):
             details[hit] = reason
             codes[hit] = "invalid_report"
             valid &= ~bad
+        rule = self.plausibility_rule()
+        if rule is not None and rule.active:
+            values = self.report_statistic(batch)
+            hit = valid & rule.refuses(values)
+            for i in np.flatnonzero(hit):
+                details[i] = rule.detail(int(values[i]))
+            codes[hit] = "implausible_report"
+            valid &= ~hit
         return valid, codes, details
 
     def validate(self, batch: ReportBatch) -> Validation:
@@ -169,11 +204,18 @@ class Mechanism(abc.ABC):
     @abc.abstractmethod
     def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch: ...
 
+    def plausible(self, batch: ReportBatch) -> ReportBatch:
+        """The rows the plausibility rule keeps, as the aggregator keeps them: genuine
+        reports are refused with probability at most :attr:`false_refusal_bound` each."""
+        bad = self.implausible_rows(batch)
+        return {name: column[~bad] for name, column in batch.items()} if bad.any() else batch
+
     def collect(self, users: KVData, rng: np.random.Generator) -> Stats:
-        """Simulate a whole collection in-process: perturb every user and fold."""
+        """Simulate a whole collection in-process: perturb every user and fold the reports
+        the aggregator would accept."""
         stats = self.new_stats()
         for block in users.chunks(COLLECT_CHUNK):
-            stats.fold(self.perturb_many(block, rng))
+            stats.fold(self.plausible(self.perturb_many(block, rng)))
         return stats
 
     # ----------------------------------------------------------------- statistics

@@ -21,6 +21,13 @@ estimators are ``unbiased`` (A_hat) and ``normsub`` (A_hat projected onto
 {x >= 0, sum x = n} before every ratio). Per-key estimates are the unconditional
 queries: f_k = F^{e_k}_{e_k} / n and m_k = (S+ - S-) / (S+ + S-).
 
+Plausibility (docs/plausibility.md): a report with more set bits than any joint state
+makes plausible is refused; every state is some input's certain state, so every device
+keeps its report with the same probability and the calibration uses the accepted
+reports' p' = Pr[own bit set | accepted] and q' = Pr[other bit set | accepted]. The
+variances keep the independent-bit formulas (conditioning on acceptance, an event of
+probability at least 1 - 1e-6, moves them by a relative O(1e-6)).
+
 There is no EM: the posterior of a report's joint state depends on its whole bit
 vector, so the E-step needs every report's bits and C is not a sufficient statistic;
 it would be O(n 3^d) per iteration on stored reports, outside the streaming
@@ -34,6 +41,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvldp.common.conditional import (
     CellSums,
@@ -51,8 +59,10 @@ from kvldp.common.estimate import Estimate
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_rule
 from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
 from kvldp.common.params import InvalidParameter
+from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, rr_keep
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.simplex import project_simplex
@@ -148,9 +158,22 @@ class IOH(JointStateMechanism):
     def _setup(self) -> None:
         self.n_cells = 3**self.d
         self.p, self.q = self.ue_probabilities()
+        rule, accepted = self._plausibility()
+        self.accepted = accepted if rule.active else OneHotAccepted(1.0, self.p, self.q, 1.0)
         # Var of one calibrated cell: n * noise + A_i * signal (docs/mechanisms.md, *IOH*)
         self.noise = self.q * (1.0 - self.q) / (self.p - self.q) ** 2
         self.signal = (1.0 - self.p - self.q) / (self.p - self.q)
+
+    def _plausibility(self) -> tuple[RefusalRule, OneHotAccepted]:
+        return one_hot_rule(self.n_cells, self.p, self.q, 0, type(self).false_refusal_bound)
+
+    def plausibility_rule(self) -> RefusalRule:
+        """Refuses reports with too many set bits (docs/plausibility.md, *IOH*)."""
+        return self._plausibility()[0]
+
+    def report_statistic(self, batch: ReportBatch) -> NDArray[np.int64]:
+        """The number of set bits (at most 3^d)."""
+        return np.asarray(np.minimum(set_bits(batch["a"]), self.n_cells), dtype=np.int64)
 
     def ue_probabilities(self) -> tuple[float, float]:
         """(p, q) of the unary encoding: Sun et al. 2019's SUE at eps/2 per bit (the one thing an OUE
@@ -185,19 +208,22 @@ class IOH(JointStateMechanism):
         arrays["C"] += bit_column_sums(batch["a"], self.n_cells)
 
     def expected_stats(self, users: KVData) -> Stats:
-        """E[C] = n q + (p - q) E[A], E[A] the expected one-hot sum under Disc."""
+        """E[n] = alpha n and E[C] = alpha (n q' + (p' - q') E[A]), E[A] the expected one-hot
+        sum under Disc, alpha the chance a report is accepted (1 without a refusal region)."""
         if users.d != self.d:
             raise InvalidParameter(f"{self.name} is configured for d={self.d} keys, the data has d={users.d}")
-        n = float(users.n_users)
-        expected = n * self.q + (self.p - self.q) * expected_joint_counts(users)
+        acc = self.accepted
+        n = acc.alpha * float(users.n_users)
+        expected = n * acc.q + (acc.p - acc.q) * acc.alpha * expected_joint_counts(users)
         return Stats.expected(self, {"C": expected, "n": np.array([n])})
 
     # --------------------------------------------------------------- estimation
     def calibrated(self, stats: Stats) -> FloatArray:
-        """A_hat = (C - n q) / (p - q): unbiased number of users in each joint state."""
+        """A_hat = (C - n q') / (p' - q'): unbiased number of users in each joint state."""
         self.check_stats(stats, "unbiased")
         n = float(stats.arrays["n"][0])
-        return (stats.arrays["C"].astype(np.float64) - n * self.q) / (self.p - self.q)
+        p, q = self.accepted.p, self.accepted.q
+        return (stats.arrays["C"].astype(np.float64) - n * q) / (p - q)
 
     def cell_vector(self, stats: Stats, estimator: str) -> FloatArray:
         """The cell counts an estimator sums: A_hat, or its projection onto the simplex of

@@ -103,8 +103,15 @@ class ItemOracle(Mechanism):
         return np.asarray(totals, dtype=np.float64)
 
     def expected_stats(self, users: KVData) -> Stats:
-        arrays = self.expected_arrays(self.item_totals(users), float(users.n_users))
-        return Stats.expected(self, {**arrays, "n": np.array([float(users.n_users)])})
+        # only the accepted reports are folded (docs/plausibility.md); every item is kept alike
+        alpha = self.acceptance()
+        n = alpha * float(users.n_users)
+        arrays = self.expected_arrays(alpha * self.item_totals(users), n)
+        return Stats.expected(self, {**arrays, "n": np.array([n])})
+
+    def acceptance(self) -> float:
+        """The chance that the plausibility rule keeps a genuine report (1: no rule)."""
+        return 1.0
 
     @abc.abstractmethod
     def expected_arrays(self, totals: FloatArray, n: float) -> dict[str, FloatArray]:
@@ -180,7 +187,7 @@ class ItemOracle(Mechanism):
         (docs/mechanisms.md, *Frequency oracles*): the raw frequency's interval clipped into
         [0, 1]; the standard error the analytic one of the raw frequency, or for a projected
         or MLE point the one its clipped interval implies."""
-        n = float(stats.n_reports)
+        n = float(stats.arrays["n"][0])  # real-valued for expected statistics
         latent = None
         diag: dict[str, Any] = {"mean_supported": False}
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -57,8 +57,10 @@ from kvldp.common.mechanisms.pckv_budget import (
 from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
 from kvldp.common.mechanisms.pckv_padded import PaddedShare, padded_share
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.mechanisms.unary_plausibility import PCKVAccepted, pckv_ue_rule
 from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
 from kvldp.common.params import InvalidParameter, Param
+from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.stats import Stats
@@ -151,37 +153,54 @@ class PCKV(PCKVEstimation):
         self.d_prime = self.d + self.ell
         self.count_floor = float(self.params["count_floor"])
         self.eps1, self.eps2 = allocate(self.epsilon, str(self.params["allocation"]), self.name, self.ell)
-        self.a, self.b, self.p = self._probabilities()
+        self.client_a, self.client_b, self.p = self._probabilities()
         # a or p rounding to exactly 1 would make the client deterministic (infinite loss)
-        if not (0.0 < self.b < self.a < 1.0 and 0.5 < self.p < 1.0):
+        if not (0.0 < self.client_b < self.client_a < 1.0 and 0.5 < self.p < 1.0):
             raise InvalidParameter(
                 f"{self.name}: epsilon={self.epsilon} gives degenerate probabilities in floating point "
-                f"a={self.a}, b={self.b}, p={self.p} (need 0 < b < a < 1 and 1/2 < p < 1)"
+                f"a={self.client_a}, b={self.client_b}, p={self.p} (need 0 < b < a < 1 and 1/2 < p < 1)"
             )
+        self.accepted = self._accepted()
+        # the estimators' (a, b): the client's, conditioned on the report being accepted
+        self.a, self.b = self.accepted.a, self.accepted.b
 
     @abc.abstractmethod
     def _probabilities(self) -> tuple[float, float, float]:
         """(a, b, p) from (eps1, eps2, d')."""
 
+    def _accepted(self) -> PCKVAccepted:
+        """The law of accepted reports (docs/plausibility.md); every report is accepted by default."""
+        a, b = self.client_a, self.client_b
+        return PCKVAccepted(1.0, a, b, 1.0, b)
+
     def utility(self) -> tuple[float, float]:
         """(g, h) of Gu et al. 2020, Eq. 16, for this configuration (any allocation)."""
-        return utility_gh(self.a, self.b, self.p)
+        return utility_gh(self.client_a, self.client_b, self.p)
 
     # --------------------------------------------------------------- statistics
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"n1": (self.d,), "n2": (self.d,)}
 
     def expected_stats(self, users: KVData) -> Stats:
-        """E[n1[j]] = n b/2 + sum over holders u of j of w_u (a/2 (1 + (2p-1) v_u) - b/2),
-        w_u = 1/max(|S_u|, ell); E[n2] likewise with -(2p-1). Exact, for any population."""
-        w, _ = slot_weights(users, self.ell)
-        a, b, p = self.a, self.b, self.p
-        base = users.n_users * b / 2.0
+        """E[n1[j]] = sum_u (W_u B + (1 - W_u) B0)/2 + sum over holders u of j of
+        w_u (A/2 (1 + (2p-1) v_u) - B/2), w_u = 1/max(|S_u|, ell), W_u the user's chance of
+        sampling a real key; E[n2] likewise with -(2p-1); E[n] = sum_u W_u alpha +
+        (1 - W_u) alpha0. A, B (B0) are the joint chances that the sampled (another)
+        coordinate is non-zero *and* the report is accepted, alpha (alpha0) the chance of
+        acceptance, for a device that sampled a real key (a dummy); without a refusal
+        region they are a, b, b and 1. Exact, for any population."""
+        w, dummy = slot_weights(users, self.ell)
+        acc = self.accepted
+        a, b, p = acc.alpha * acc.a, acc.alpha * acc.b, self.p
+        b0 = acc.dummy_alpha * acc.dummy_b
+        real = 1.0 - dummy
+        base = float(np.sum(real * b + dummy * b0)) / 2.0
         lift = (2 * p - 1) * users.values
         lifts = w[:, None] * (a / 2 * (1 + np.stack([lift, -lift], axis=1)) - b / 2)
         n1 = base + np.bincount(users.keys, weights=lifts[:, 0], minlength=self.d).astype(np.float64)
         n2 = base + np.bincount(users.keys, weights=lifts[:, 1], minlength=self.d).astype(np.float64)
-        return Stats.expected(self, {"n1": n1, "n2": n2, "n": np.array([float(users.n_users)])})
+        n = float(np.sum(real * acc.alpha + dummy * acc.dummy_alpha))
+        return Stats.expected(self, {"n1": n1, "n2": n2, "n": np.array([n])})
 
     def padded_share(self, stats: Stats) -> PaddedShare:
         """The share of reports whose device sampled a dummy slot, estimated from ``stats``
@@ -264,6 +283,36 @@ class PCKVUE(PCKV):
         overlap = np.any((batch["pos"] & batch["neg"]) != 0, axis=1)
         return [(overlap, "pos and neg share a bit (a key cannot be both +1 and -1)")]
 
+    def _accepted(self) -> PCKVAccepted:
+        rule, accepted = self._plausibility()
+        return accepted if rule.active else super()._accepted()
+
+    def _plausibility(self) -> tuple[RefusalRule, PCKVAccepted]:
+        return pckv_ue_rule(
+            self.d, self.client_a, self.client_b, self.p, self.ell, type(self).false_refusal_bound
+        )
+
+    def plausibility_rule(self) -> RefusalRule:
+        """Refuses reports with too many non-zero keys (docs/plausibility.md, *PCKV-UE*)."""
+        return self._plausibility()[0]
+
+    def plausibility_bias_bound(self) -> tuple[float, float]:
+        """(relative, additive): the unbiased frequency on the accepted reports' expected
+        statistics is within f relative + additive of f (users with at most ell keys).
+
+        The estimators use a real-key device's accepted law; a dummy-sampling device is
+        accepted with a slightly different chance (alpha0) and sets another coordinate with
+        a slightly different one (b0), which the statistics cannot separate
+        (docs/plausibility.md, *Estimators*)."""
+        acc = self.accepted
+        relative = abs(1.0 - acc.alpha / acc.dummy_alpha)
+        additive = self.ell * abs(acc.dummy_b - acc.b) / (acc.a - acc.b)
+        return relative, additive
+
+    def report_statistic(self, batch: ReportBatch) -> NDArray[np.int64]:
+        """The number of non-zero keys, set bits of ``pos`` plus ``neg`` (at most d)."""
+        return np.asarray(np.minimum(set_bits(batch["pos"]) + set_bits(batch["neg"]), self.d), dtype=np.int64)
+
     def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
         """Algorithm 2 on the real coordinates. The sampled coordinate is v* w.p. a p, -v*
         w.p. a(1-p), else 0; every other coordinate independently +-1 w.p. b/2 each, drawn
@@ -271,14 +320,15 @@ class PCKVUE(PCKV):
         n, d = users.n_users, self.d
         keys, vstar = pad_and_sample(users, self.ell, rng)
         u = rng.random(n)
-        y = np.where(u < self.a * self.p, vstar, np.where(u < self.a, -vstar, 0)).astype(np.int8)
+        a, b = self.client_a, self.client_b
+        y = np.where(u < a * self.p, vstar, np.where(u < a, -vstar, 0)).astype(np.int8)
         nbytes = (d + 7) // 8
         pos = np.zeros((n, nbytes), dtype=np.uint8)
         neg = np.zeros((n, nbytes), dtype=np.uint8)
         block = max(1, UE_BLOCK_CELLS // d)
         for start in range(0, n, block):
             rows = min(block, n - start)
-            hits = bernoulli_positions(rows * d, self.b, rng)
+            hits = bernoulli_positions(rows * d, b, rng)
             up = rng.random(hits.size) < 0.5
             pos_bits = np.zeros((rows, d), dtype=bool)
             neg_bits = np.zeros((rows, d), dtype=bool)
@@ -304,7 +354,7 @@ class PCKVUE(PCKV):
     def _audit_outputs(self, m: int) -> FloatArray:
         """Every ternary pattern of the m coordinates: a product over coordinates of
         b/2 (+-1) or 1-b (0), with the sampled coordinate's factor replaced."""
-        a, b, p = self.a, self.b, self.p
+        a, b, p = self.client_a, self.client_b, self.p
         y = np.array(list(itertools.product((1, -1, 0), repeat=m)), dtype=np.int64).reshape(-1, m)
         q = np.where(y == 0, 1 - b, b / 2)
         base = np.prod(q, axis=1)
@@ -350,7 +400,7 @@ class PCKVGRR(PCKV):
         outputs become (d, 0)."""
         n = users.n_users
         keys, vstar = pad_and_sample(users, self.ell, rng)
-        keep = rng.random(n) < self.a
+        keep = rng.random(n) < self.client_a
         t = rng.integers(0, self.d_prime - 1, size=n)
         other = t + (t >= keys)
         fair = np.where(rng.random(n) < 0.5, 1, -1)
@@ -376,7 +426,7 @@ class PCKVGRR(PCKV):
         """Outputs (k, +1), (k, -1) for k < m, "a real key outside the sub-domain" (when d > m,
         probability (d - m) b for every item) and "a dummy" (a + (ell-1) b after sampling a
         dummy, ell b otherwise)."""
-        a, b, p, ell = self.a, self.b, self.p, self.ell
+        a, b, p, ell = self.client_a, self.client_b, self.p, self.ell
         comp = np.full((2 * m, 2 * m + 1), b / 2)
         idx = np.arange(2 * m)
         comp[idx, idx] = a * p

@@ -8,6 +8,11 @@ differ in two bits, so eps = ln[p(1-q) / (q(1-p))], tight for both.
 
 Reports are 2^D-symbol bit vectors, so there is no count EM (the alphabet is not
 finite in practice); ``normsub`` provides consistency.
+
+Plausibility (docs/plausibility.md): a report with more set bits than any input makes
+plausible is refused; the estimators use the probabilities of the accepted reports,
+p' = Pr[item bit set | accepted] and q' = Pr[other bit set | accepted], which every item
+shares whenever the refusal region is a set of total set-bit counts.
 """
 
 from __future__ import annotations
@@ -16,10 +21,13 @@ import math
 from typing import ClassVar
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance, enumerate_bit_outputs
 from kvldp.common.mechanisms.registry import register
+from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_rule
+from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, pack_bits
 from kvldp.common.schema import Field, ReportBatch
 
@@ -39,6 +47,29 @@ class UnaryEncoding(ItemOracle):
         else:
             self.p = 0.5
             self.q = 1.0 / (math.exp(self.epsilon) + 1.0)
+        rule, accepted = self._plausibility()
+        # the estimators' (p, q): the client's, conditioned on the report being accepted
+        self.accepted = accepted if rule.active else OneHotAccepted(1.0, self.p, self.q, 1.0)
+        self.est_p, self.est_q = self.accepted.p, self.accepted.q
+
+    def _plausibility(self) -> tuple[RefusalRule, OneHotAccepted]:
+        return one_hot_rule(self.d, self.p, self.q, self.ell, type(self).false_refusal_bound)
+
+    def plausibility_rule(self) -> RefusalRule:
+        """Refuses reports with too many set bits (docs/plausibility.md, *OUE and SUE*)."""
+        return self._plausibility()[0]
+
+    def report_statistic(self, batch: ReportBatch) -> NDArray[np.int64]:
+        """k set key bits (``ell = 0``), else 2k + z with z the ``none`` bit."""
+        packed = batch["bits"]
+        total = set_bits(packed)
+        if self.ell == 0:
+            return np.minimum(total, self.d)
+        z = (packed[:, self.d >> 3] >> np.uint8(self.d & 7)) & np.uint8(1)
+        return 2 * np.clip(total - z, 0, self.d) + z.astype(np.int64)
+
+    def acceptance(self) -> float:
+        return self.accepted.alpha
 
     def fields(self) -> tuple[Field, ...]:
         return (Field("bits", "bits", 0, self.domain),)
@@ -63,13 +94,13 @@ class UnaryEncoding(ItemOracle):
 
     def count_estimate(self, arrays: dict[str, IntArray]) -> FloatArray:
         n = float(arrays["n"][0])
-        return np.asarray((arrays["ones"] - n * self.q) / (self.p - self.q), dtype=np.float64)
+        return np.asarray((arrays["ones"] - n * self.est_q) / (self.est_p - self.est_q), dtype=np.float64)
 
     def count_variance(self, n: float, holders: FloatArray) -> FloatArray:
-        return bernoulli_count_variance(n, holders, self.p, self.q, 1.0 / self.scale)
+        return bernoulli_count_variance(n, holders, self.est_p, self.est_q, 1.0 / self.scale)
 
     def expected_arrays(self, totals: FloatArray, n: float) -> dict[str, FloatArray]:
-        return {"ones": n * self.q + (self.p - self.q) * totals}
+        return {"ones": n * self.est_q + (self.est_p - self.est_q) * totals}
 
     def _mixture_output_probs(self, weights: FloatArray) -> FloatArray:
         # bits of items no input can sample are Bernoulli(q) for everyone and cancel
