@@ -183,6 +183,7 @@ def test_committed_dashboard_is_the_generated_one() -> None:
         "privkvm round",
         "reports per round",
         "means published per round",
+        "poisoning score",
     ):
         assert needed in titles, needed
     ids = [p["id"] for p in board["panels"]]

@@ -6,7 +6,8 @@ Prometheus scraping real aggregators.
 
 Template variables: ``collection`` (multi-value, regex), ``window`` and ``estimator``.
 The PrivKVM panels (round, reports per round, means published per round) show data for
-interactive collections only; the other panels for every collection.
+interactive collections only; the poisoning panels for key-value collections; the other
+panels for every collection.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from kvldp.common.poisoning import ALERT_SCORE
 
 DATASOURCE = {"type": "prometheus", "uid": "kvldp-prometheus"}
 SEL = 'collection=~"$collection"'
@@ -58,6 +61,19 @@ def _panel(
     }
     if transformations:
         panel["transformations"] = transformations
+    return panel
+
+
+def _alert_line(panel: dict[str, Any]) -> dict[str, Any]:
+    """Colour ``panel``'s values red from the poisoning alert's threshold on (a time series
+    draws it as a line)."""
+    defaults = panel["fieldConfig"]["defaults"]
+    defaults["thresholds"] = {
+        "mode": "absolute",
+        "steps": [{"color": "green", "value": None}, {"color": "red", "value": ALERT_SCORE}],
+    }
+    if panel["type"] == "timeseries":
+        defaults["custom"] = {"thresholdsStyle": {"mode": "line"}}
     return panel
 
 
@@ -361,6 +377,52 @@ def build() -> dict[str, Any]:
                     "options": {"rowField": "series", "columnField": "round", "valueField": "Value"},
                 }
             ],
+        ),
+        _alert_line(
+            _panel(
+                19,
+                "Poisoning score per window (keys and population)",
+                "timeseries",
+                (0, 77, 12, 9),
+                [
+                    _target(
+                        "max by (collection, window) "
+                        f'({{__name__=~"kvldp_poisoning_score|kvldp_poisoning_population_score", {SEL}}})',
+                        "{{collection}} {{window}}",
+                        "A",
+                    )
+                ],
+                "The largest poisoning score of each window after each refit (docs/detection.md): "
+                "-log10 of the Bonferroni-corrected p-value of the most violated test (a state count "
+                "below 0, a population count below 0, the newest window's jump). A genuine population "
+                f"reaches s in at most 10^-s of a window's refits; the alert fires at {ALERT_SCORE:g}. "
+                "Key-value collections only.",
+            )
+        ),
+        _alert_line(
+            _panel(
+                20,
+                "Poisoning score per key",
+                "bargauge",
+                (12, 77, 12, 9),
+                [
+                    _target(
+                        f'kvldp_poisoning_score{{{SEL}, window="$window"}}',
+                        "{{collection}} {{key}}",
+                        "A",
+                        instant=True,
+                    )
+                ],
+                "Each key's poisoning score in the selected window (kvldp_poisoning_score; the tests "
+                "use the unbiased basis whatever the estimator): red keys have statistics no genuine "
+                "population gives them, or jumped in the newest window. Key-value collections only.",
+                "short",
+                {
+                    "orientation": "horizontal",
+                    "displayMode": "gradient",
+                    "reduceOptions": {"calcs": ["lastNotNull"]},
+                },
+            )
         ),
     ]
     return {

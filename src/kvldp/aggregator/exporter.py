@@ -40,6 +40,13 @@ Metric names and labels are a contract:
   a 95% upper bound on the share of devices holding ``ell`` pairs or more, which PCKV
   under-counts when they hold more (1: padding not detected, every device may);
   :mod:`kvldp.common.mechanisms.pckv_padded`;
+* key-value collections: ``kvldp_poisoning_score{collection,key,estimator,window}``, each
+  key's poisoning score after the last refit (0: nothing unusual; s: a genuine
+  population gives any key of the window a score >= s in at most 10^-s of refits), and
+  ``kvldp_poisoning_population_score{collection,estimator,window}`` for the
+  population-level tests (PCKV's padded share); ``estimator`` is ``unbiased``, the basis
+  the tests use whatever estimators the collection configures;
+  :mod:`kvldp.common.poisoning`, docs/detection.md;
 * ``kvldp_refit_duration_seconds{collection}`` (histogram),
   ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``.
 
@@ -79,6 +86,8 @@ from kvldp.web.security import HttpSecurity
 from kvldp.web.server import WebServer
 
 LABELS = ["collection", "key", "estimator", "window"]
+#: the ``estimator`` label of the poisoning scores: the basis their tests use
+POISONING_BASIS = "unbiased"
 CONDITIONAL_LABELS = ["collection", "key", "condition", "estimator", "window"]
 INTERVAL_HELP = (
     " (estimate ± 1.96 stderr, or, where the estimator clips, projects or shrinks its point "
@@ -276,8 +285,28 @@ class SnapshotCollector(PromCollector):
                 ),
             )
         }
+        poisoning = GaugeMetricFamily(
+            "kvldp_poisoning_score",
+            "Poisoning score of the key (docs/detection.md): -log10 of the Bonferroni-corrected "
+            "p-value of its most violated consistency test; a genuine population reaches s on "
+            "any key of the window in at most 10^-s of refits.",
+            labels=LABELS,
+        )
+        population = GaugeMetricFamily(
+            "kvldp_poisoning_population_score",
+            "Poisoning score of the population-level tests (docs/detection.md), same scale as "
+            "kvldp_poisoning_score.",
+            labels=["collection", "estimator", "window"],
+        )
         c = self.collection
         for window, fit in snap.fits.items():
+            report = fit.poisoning
+            if report is not None:
+                for k, value in zip(c.keys, report.key_score, strict=True):
+                    if np.isfinite(value):
+                        poisoning.add_metric([name, k, POISONING_BASIS, window], float(value))
+                if report.population_test:
+                    population.add_metric([name, POISONING_BASIS, window], report.population_score)
             for est, e in fit.estimates.items():
                 f_lo, f_hi = e.frequency_interval
                 m_lo, m_hi = e.mean_interval
@@ -331,6 +360,9 @@ class SnapshotCollector(PromCollector):
         yield not_estimable
         yield from conditional.values()
         yield iterations
+        if any(fit.poisoning is not None for fit in snap.fits.values()):
+            yield poisoning
+            yield population
         if isinstance(c.mechanism, PCKV):
             yield from padded.values()
         last = GaugeMetricFamily(

@@ -4,7 +4,10 @@ A refit is a pure function of the merged statistics (its cost depends on d, neve
 the number of reports). It runs off the consume loop; the exporter reads the newest
 :class:`Snapshot` by reference, so a scrape never sees a half-updated set of values.
 EM is warm-started from the previous snapshot's fit of the same window (the
-mechanisms ignore a warm start where their model is not identifiable).
+mechanisms ignore a warm start where their model is not identifiable). Every window of
+a key-value collection also gets its poisoning tests (:mod:`kvldp.common.poisoning`):
+the shortest finite window is the newest, tested for a jump against the rest of the
+longest window.
 """
 
 from __future__ import annotations
@@ -21,20 +24,23 @@ from kvldp.common.estimate import Estimate
 from kvldp.common.mechanisms.ioh import JointStateMechanism
 from kvldp.common.mechanisms.pckv import PCKV
 from kvldp.common.mechanisms.pckv_padded import PaddedShare
+from kvldp.common.poisoning import PoisoningReport, poisoning_reports
 from kvldp.common.stats import Stats
 
 
 @dataclass(frozen=True)
 class WindowFit:
     """Every configured estimator's estimate for one window, the conditional queries'
-    answers per estimator (joint-state mechanisms with ``aggregate.conditions``), and
-    PCKV's padded share (PCKV collections)."""
+    answers per estimator (joint-state mechanisms with ``aggregate.conditions``),
+    PCKV's padded share (PCKV collections) and the poisoning tests (key-value
+    collections)."""
 
     window: str
     n_reports: int
     estimates: dict[str, Estimate]
     conditionals: dict[str, list[ConditionalEstimate]] = field(default_factory=dict)
     padded: PaddedShare | None = None
+    poisoning: PoisoningReport | None = None
 
 
 def condition_label(query: ConditionalQuery, keys: tuple[str, ...]) -> str:
@@ -83,6 +89,8 @@ class Snapshot:
                     for est, e in fit.estimates.items()
                 },
             }
+            if fit.poisoning is not None:
+                windows[name]["poisoning"] = fit.poisoning.to_json(c.keys)
         return {
             "collection": c.name,
             "refit_timestamp": self.created,
@@ -102,6 +110,18 @@ def _conditional_json(collection: Collection, answer: ConditionalEstimate) -> di
     return out
 
 
+def jump_windows(collection: Collection, names: set[str]) -> tuple[str | None, str | None]:
+    """(newest, longest) among the configured windows in ``names``: the shortest finite
+    window and the longest one (``all`` if configured); (None, None) with fewer than two."""
+    windows = [w for w in collection.aggregate.windows if w.name in names]
+    finite = [w for w in windows if w.seconds is not None]
+    if len(windows) < 2 or not finite:
+        return None, None
+    newest = min(finite, key=lambda w: w.seconds or 0)
+    longest = max(windows, key=lambda w: float("inf") if w.seconds is None else w.seconds)
+    return newest.name, longest.name
+
+
 def refit(
     collection: Collection,
     windows: dict[str, Stats],
@@ -114,6 +134,7 @@ def refit(
     mech = collection.mechanism
     queries = collection.conditional_queries() if queries is None else queries
     fits: dict[str, WindowFit] = {}
+    poisoning = poisoning_reports(mech, windows, *jump_windows(collection, set(windows)))
     for name, stats in windows.items():
         estimates: dict[str, Estimate] = {}
         for est in collection.aggregate.estimators:
@@ -127,5 +148,5 @@ def refit(
         if queries and isinstance(mech, JointStateMechanism):
             conditionals = {est: mech.conditional_many(stats, queries, est) for est in estimates}
         padded = mech.padded_share(stats) if isinstance(mech, PCKV) else None
-        fits[name] = WindowFit(name, stats.n_reports, estimates, conditionals, padded)
+        fits[name] = WindowFit(name, stats.n_reports, estimates, conditionals, padded, poisoning.get(name))
     return Snapshot(collection, time.time(), time.perf_counter() - started, fits)
