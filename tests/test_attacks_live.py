@@ -102,7 +102,9 @@ async def test_live_fakes_take_part_in_every_privkvm_round(broker: EmbeddedBroke
     def fakes(r: int, published: np.ndarray):
         return fake_reports(mech, "m2ga", n_fakes, target, f_rng, Round(r, published))
 
-    expected = experiment.privkvm_rounds(mech, users, experiment.genuine_rng(seed, 0), fakes, defense("plausibility"))
+    expected = experiment.privkvm_rounds(
+        mech, users, experiment.genuine_rng(seed, 0), fakes, defense("plausibility")
+    )
     agg = Aggregator(
         collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
     )
