@@ -15,7 +15,7 @@ COLUMNS = (
     "mechanism", "epsilon", "attack", "beta", "defense", "estimator", "repeats", "fakes",
     "frequency_gain", "frequency_gain_se", "mean_gain", "mean_gain_se", "target_frequency",
     "target_mean", "mse_frequency", "mse_frequency_clean", "mse_mean", "fakes_dropped",
-    "genuine_dropped",
+    "genuine_dropped", "alarm_with_fakes", "alarm_without_fakes", "targets_flagged", "score_with_fakes",
 )  # fmt: skip
 
 
@@ -36,14 +36,21 @@ def _pm(value: Any, se: Any) -> str:
     )
 
 
+def _alarm(r: dict[str, Any]) -> str:
+    if r["alarm_with_fakes"] is None:
+        return "—"
+    return f"{r['alarm_with_fakes']:.2f} ({r['alarm_without_fakes']:.2f})"
+
+
 def table(rows: list[Row]) -> str:
     """Markdown table: gains (mean ± standard error over the repeats), the targets'
     estimates with fakes, MSE over all keys with fakes (and without), the share of fakes
-    the defense dropped."""
+    the defense dropped, and for a detecting defense the alarm rate with fakes (without
+    fakes) and the share of the targets flagged."""
     lines = [
         "| mechanism | attack | β | defense | estimator | G_f | G_m | target f | target m "
-        "| MSE f (clean) | MSE m | fakes dropped |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| MSE f (clean) | MSE m | fakes dropped | alarm (clean) | targets flagged |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         r = record(row)
@@ -52,7 +59,7 @@ def table(rows: list[Row]) -> str:
             f"| {_pm(r['frequency_gain'], r['frequency_gain_se'])} | {_pm(r['mean_gain'], r['mean_gain_se'])} "
             f"| {_num(r['target_frequency'])} | {_num(r['target_mean'])} "
             f"| {_num(r['mse_frequency'], 4)} ({_num(r['mse_frequency_clean'], 4)}) | {_num(r['mse_mean'], 4)} "
-            f"| {_num(r['fakes_dropped'])} |"
+            f"| {_num(r['fakes_dropped'])} | {_alarm(r)} | {_num(r['targets_flagged'], 2)} |"
         )
     return "\n".join(lines)
 
@@ -116,7 +123,13 @@ def write(rows: list[Row], out: Path, command: str, setting: str) -> list[Path]:
             "without them, on the same genuine reports (mean ± standard error over the repeats; an",
             "undefined mean counts as 0). Target f and m: the targets' average estimates with fakes.",
             "MSE over all keys with fakes (without fakes in parentheses). Fakes dropped: share of the",
-            "fake reports the defense refused. See docs/attacks.md for what each attack sends.",
+            "fake reports the defense refused. Alarm: share of the repeats in which the `detection`",
+            "defense's poisoning score of the `all` window reached the alert threshold, with fakes",
+            "(without them in parentheses: the false alarms of this population); targets flagged:",
+            "share of the target keys whose own score reached it, with fakes. The in-process",
+            "population is poisoned from its first report, so the time-jump test (which needs a",
+            "newest window to compare with the rest) is not run; see docs/detection.md for an attack",
+            "that starts mid-collection. See docs/attacks.md for what each attack sends.",
             "",
             table(rows),
             "",
