@@ -346,3 +346,14 @@ def test_detection_scores_as_the_aggregator_refit_does() -> None:
     alarm = defense("detection").detect(m, folded.with_fakes)
     assert alarm is not None and alarm.score == report.score and alarm.alarm
     np.testing.assert_array_equal(alarm.flagged, np.nan_to_num(report.key_score) >= 3.0)
+
+
+def test_cli_table_shows_detection_columns_only_when_detection_ran(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["attack", "--mechanism", "kvue", "--keys", "8", "--epsilon", "1", "--users", "2000"]
+    argv += ["--repeats", "1", "--attack", "m2ga", "--estimator", "unbiased"]
+    assert main(argv) == 0
+    assert "alarm (clean)" not in capsys.readouterr().out
+    assert main([*argv, "--defense", "detection"]) == 0
+    assert "alarm (clean) | targets flagged |" in capsys.readouterr().out

@@ -1,6 +1,7 @@
 """The results of ``kvldp attack``: a text table, and with ``--out`` results.csv, a README
 with the Markdown table and a plot of the frequency gain against beta per attack and
-defense (matplotlib is the optional ``plots`` extra; without it the README says so)."""
+defense (matplotlib is the optional ``plots`` extra; without it the README says so). The
+plot leaves out a detecting defense when others ran: its estimates are another's."""
 
 from __future__ import annotations
 
@@ -45,22 +46,28 @@ def _alarm(r: dict[str, Any]) -> str:
 def table(rows: list[Row]) -> str:
     """Markdown table: gains (mean ± standard error over the repeats), the targets'
     estimates with fakes, MSE over all keys with fakes (and without), the share of fakes
-    the defense dropped, and for a detecting defense the alarm rate with fakes (without
-    fakes) and the share of the targets flagged."""
-    lines = [
-        "| mechanism | attack | β | defense | estimator | G_f | G_m | target f | target m "
-        "| MSE f (clean) | MSE m | fakes dropped | alarm (clean) | targets flagged |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for row in rows:
-        r = record(row)
-        lines.append(
+    the defense dropped, and when a detecting defense ran, its alarm rate with fakes
+    (without fakes) and the share of the targets flagged."""
+    recs = [record(row) for row in rows]
+    detects = any(r["alarm_with_fakes"] is not None for r in recs)
+    head = "| mechanism | attack | β | defense | estimator | G_f | G_m | target f | target m "
+    head += "| MSE f (clean) | MSE m | fakes dropped |"
+    rule = "|---|---|---|---|---|---|---|---|---|---|---|---|"
+    if detects:
+        head += " alarm (clean) | targets flagged |"
+        rule += "---|---|"
+    lines = [head, rule]
+    for r in recs:
+        line = (
             f"| {r['mechanism']} | {r['attack']} | {r['beta']:g} | {r['defense']} | {r['estimator']} "
             f"| {_pm(r['frequency_gain'], r['frequency_gain_se'])} | {_pm(r['mean_gain'], r['mean_gain_se'])} "
             f"| {_num(r['target_frequency'])} | {_num(r['target_mean'])} "
             f"| {_num(r['mse_frequency'], 4)} ({_num(r['mse_frequency_clean'], 4)}) | {_num(r['mse_mean'], 4)} "
-            f"| {_num(r['fakes_dropped'])} | {_alarm(r)} | {_num(r['targets_flagged'], 2)} |"
+            f"| {_num(r['fakes_dropped'])} |"
         )
+        if detects:
+            line += f" {_alarm(r)} | {_num(r['targets_flagged'], 2)} |"
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -73,6 +80,9 @@ def _plot(rows: list[Row], path: Path) -> tuple[list[Path], str]:
     except ImportError:
         return [], "Plot: not drawn — matplotlib is missing (install the `plots` extra)."
     recs = [record(r) for r in rows]
+    # a detecting defense changes no estimate: its panels would repeat another's
+    estimating = [r for r in recs if r["alarm_with_fakes"] is None]
+    recs = estimating or recs
     attacks = list(dict.fromkeys(r["attack"] for r in recs))
     defenses = list(dict.fromkeys(r["defense"] for r in recs))
     fig, axes = plt.subplots(
