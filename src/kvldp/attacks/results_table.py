@@ -77,12 +77,17 @@ def _plot(rows: list[Row], path: Path) -> tuple[list[Path], str]:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.lines import Line2D
     except ImportError:
         return [], "Plot: not drawn — matplotlib is missing (install the `plots` extra)."
     recs = [record(r) for r in rows]
     # a detecting defense changes no estimate: its panels would repeat another's
     estimating = [r for r in recs if r["alarm_with_fakes"] is None]
     recs = estimating or recs
+    # one colour per mechanism/estimator across every panel, so one legend serves them all
+    palette = plt.get_cmap("tab20")
+    series_all = list(dict.fromkeys((r["mechanism"], r["estimator"]) for r in recs))
+    colour = {k: palette(i % palette.N) for i, k in enumerate(series_all)}
     attacks = list(dict.fromkeys(r["attack"] for r in recs))
     defenses = list(dict.fromkeys(r["defense"] for r in recs))
     fig, axes = plt.subplots(
@@ -99,12 +104,19 @@ def _plot(rows: list[Row], path: Path) -> tuple[list[Path], str]:
                     if (r["mechanism"], r["estimator"]) == series and r["frequency_gain"] is not None
                 )
                 if pts:
-                    ax.plot(*zip(*pts, strict=True), marker="o", ms=3, label=f"{series[0]}/{series[1]}")
+                    ax.plot(
+                        *zip(*pts, strict=True),
+                        marker="o",
+                        ms=3,
+                        color=colour[series],
+                        label=f"{series[0]}/{series[1]}",
+                    )
             ax.set_title(f"{attack}, defense {defense}", fontsize=9)
             ax.set_xlabel("β (fake fraction)")
             ax.set_ylabel("frequency gain G_f")
             ax.grid(True, alpha=0.25)
-    axes[0][0].legend(fontsize=5)
+    handles = [Line2D([], [], color=colour[k], marker="o", ms=3) for k in series_all]
+    axes[0][0].legend(handles, [f"{m}/{e}" for m, e in series_all], fontsize=5)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
