@@ -133,6 +133,19 @@ def write(rows: list[Row], out: Path, command: str, setting: str) -> list[Path]:
         for row in rows:
             writer.writerow(record(row))
     png, note = _plot(rows, out / "gains.png")
+    detection = (
+        [
+            "Alarm: share of the repeats in which the `detection`",
+            "defense's poisoning score of the `all` window reached the alert threshold, with fakes",
+            "(without them in parentheses: the false alarms of this population); targets flagged:",
+            "share of the target keys whose own score reached it, with fakes. The in-process",
+            "population is poisoned from its first report, so the time-jump test (which needs a",
+            "newest window to compare with the rest) is not run; see docs/detection.md for an attack",
+            "that starts mid-collection.",
+        ]
+        if any(record(r)["alarm_with_fakes"] is not None for r in rows)
+        else []
+    )
     text = "\n".join(
         [
             "# Fake devices against the key-value mechanisms",
@@ -145,13 +158,9 @@ def write(rows: list[Row], out: Path, command: str, setting: str) -> list[Path]:
             "without them, on the same genuine reports (mean ± standard error over the repeats; an",
             "undefined mean counts as 0). Target f and m: the targets' average estimates with fakes.",
             "MSE over all keys with fakes (without fakes in parentheses). Fakes dropped: share of the",
-            "fake reports the defense refused. Alarm: share of the repeats in which the `detection`",
-            "defense's poisoning score of the `all` window reached the alert threshold, with fakes",
-            "(without them in parentheses: the false alarms of this population); targets flagged:",
-            "share of the target keys whose own score reached it, with fakes. The in-process",
-            "population is poisoned from its first report, so the time-jump test (which needs a",
-            "newest window to compare with the rest) is not run; see docs/detection.md for an attack",
-            "that starts mid-collection. See docs/attacks.md for what each attack sends.",
+            "fake reports the defense refused.",
+            *detection,
+            "See docs/attacks.md for what each attack sends.",
             "",
             table(rows),
             "",
