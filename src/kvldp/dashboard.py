@@ -6,8 +6,9 @@ Prometheus scraping real aggregators.
 
 Template variables: ``collection`` (multi-value, regex), ``window`` and ``estimator``.
 The PrivKVM panels (round, reports per round, means published per round) show data for
-interactive collections only; the poisoning panels for key-value collections; the other
-panels for every collection.
+interactive collections only; the poisoning panels for key-value collections only; the
+panel of devices with implausible reports for collections whose reports are bit vectors; the
+other panels for every collection.
 """
 
 from __future__ import annotations
@@ -423,6 +424,23 @@ def build() -> dict[str, Any]:
                     "reduceOptions": {"calcs": ["lastNotNull"]},
                 },
             )
+        ),
+        _panel(
+            21,
+            "Devices with implausible reports",
+            "timeseries",
+            (0, 86, 24, 7),
+            [
+                _target(f"kvldp_implausible_devices{{{SEL}}}", "{{collection}} devices", "A"),
+                _target(
+                    f'sum by (collection) (rate(kvldp_reports_rejected_total{{{SEL}, reason="implausible_report"}}[5m]))',
+                    "{{collection}} refused reports/s",
+                    "B",
+                ),
+            ],
+            "Devices that sent at least one report no input makes plausible (kvldp_implausible_devices; "
+            "docs/plausibility.md) and the rate of such reports. A genuine client's report is refused "
+            "with probability at most 1e-6, so any sustained count means reports are written by hand.",
         ),
     ]
     return {
