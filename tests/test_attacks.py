@@ -271,9 +271,89 @@ def test_cli_flag_types_refuse(flag: list[str], capsys: pytest.CaptureFixture[st
 def test_cli_runs_and_writes(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
     argv = ["attack", "--mechanism", "pckv_grr", "--mechanism", "kvue", "--keys", "10", "--epsilon", "1"]
     argv += ["--param", "ell=2", "--users", "5000", "--repeats", "2", "--attack", "m2ga", "--defense", "none"]
-    argv += ["--defense", "plausibility", "--out", str(tmp_path)]
+    argv += ["--defense", "plausibility", "--defense", "detection", "--out", str(tmp_path)]
     assert main(argv) == 0
     text = (tmp_path / "README.md").read_text()
     assert "| pckv_grr | m2ga | 0.01 | plausibility | unbiased |" in text
+    assert "| pckv_grr | m2ga | 0.01 | detection | unbiased |" in text
     rows = (tmp_path / "results.csv").read_text().splitlines()
-    assert len(rows) == 1 + 2 * 2 * 2  # header + mechanisms x defenses x estimators
+    assert len(rows) == 1 + 2 * 3 * 2  # header + mechanisms x defenses x estimators
+    assert "alarm_with_fakes,alarm_without_fakes,targets_flagged" in rows[0]
+
+
+# --------------------------------------------------------------- defenses
+def _run(name: str, d: int, attack: str, beta: float, names_: list[str], users: int = 4000, **params):
+    m = create(name, d, 1.0, **params)
+    population = generate("gaussian_pckv", users, d, 3).users
+    rows = experiment.run(
+        [m], [attack], [beta], [defense(n) for n in names_], ["unbiased"], population,
+        Target(np.array([d - 2, d - 1])), 3, 11,
+    )  # fmt: skip
+    return {r.values["defense"]: r.values for r in rows}
+
+
+def test_detection_alarms_on_m2ga_against_privkv_and_not_without_fakes() -> None:
+    rows = _run("privkv", 8, "m2ga", 0.05, ["none", "detection"], users=10_000)
+    det = rows["detection"]
+    assert det["alarm_with_fakes"] == 1.0
+    assert det["alarm_without_fakes"] == 0.0
+    assert det["targets_flagged"] == 1.0
+    assert det["score_with_fakes"] >= 3.0
+    # detection changes no estimate
+    assert det["frequency_gain"] == rows["none"]["frequency_gain"]
+    assert math.isnan(rows["none"]["alarm_with_fakes"])
+
+
+def test_detection_stays_quiet_on_input_poisoning() -> None:
+    # RKVA's fakes are genuine clients with chosen inputs: a population can look like that
+    det = _run("privkv", 8, "rkva", 0.05, ["detection"])["detection"]
+    assert det["alarm_with_fakes"] == 0.0 and det["alarm_without_fakes"] == 0.0
+
+
+def test_none_folds_implausible_fakes_plausibility_drops_them() -> None:
+    # a uniform ternary PCKV-UE vector at d = 50 sets more keys than a genuine report can
+    rows = _run("pckv_ue", 50, "rma", 0.05, ["none", "plausibility"], users=2000, ell=2)
+    assert rows["none"]["fakes_dropped"] == 0.0
+    assert rows["plausibility"]["fakes_dropped"] > 0.2
+    assert rows["plausibility"]["genuine_dropped"] == 0.0
+    assert rows["none"]["frequency_gain"] != rows["plausibility"]["frequency_gain"]
+
+
+def test_a_defense_refuses_fakes_broken_for_another_reason() -> None:
+    from kvldp.common.schema import InvalidReport
+
+    m = create("privkv", 8, 1.0)
+    batch = fake_reports(m, "m2ga", 10, Target(np.array([1])), np.random.default_rng(0))
+    column = next(iter(batch))
+    batch[column] = batch[column] + 1000
+    with pytest.raises(InvalidReport):
+        defense("none").keep(m, batch)
+
+
+def test_detection_scores_as_the_aggregator_refit_does() -> None:
+    from kvldp.aggregator.refit import refit
+
+    from support.pipeline import unique_collection
+
+    collection = unique_collection("privkv", 8)
+    m = collection.mechanism
+    population = generate("gaussian_pckv", 6000, 8, 5).users
+    genuine = experiment.genuine_reports(m, population, experiment.genuine_rng(5, 0))
+    fakes = fake_reports(m, "adaptive", 300, Target(np.array([6, 7])), experiment.fake_rng(5, 0))
+    folded = experiment.fold_once(m, genuine, fakes, defense("detection"))
+    report = refit(collection, {"all": folded.with_fakes}, None).fits["all"].poisoning
+    assert report is not None
+    alarm = defense("detection").detect(m, folded.with_fakes)
+    assert alarm is not None and alarm.score == report.score and alarm.alarm
+    np.testing.assert_array_equal(alarm.flagged, np.nan_to_num(report.key_score) >= 3.0)
+
+
+def test_cli_table_shows_detection_columns_only_when_detection_ran(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["attack", "--mechanism", "kvue", "--keys", "8", "--epsilon", "1", "--users", "2000"]
+    argv += ["--repeats", "1", "--attack", "m2ga", "--estimator", "unbiased"]
+    assert main(argv) == 0
+    assert "alarm (clean)" not in capsys.readouterr().out
+    assert main([*argv, "--defense", "detection"]) == 0
+    assert "alarm (clean) | targets flagged |" in capsys.readouterr().out

@@ -11,7 +11,10 @@ defense's filter, into the statistics "with fakes", and the genuine reports alon
   estimator that knows nothing reports),
 * MSE over all keys of the frequencies and of the means with fakes against the truth,
 
-and the shares of fake and genuine reports the defense dropped. PrivKVM reports in
+and the shares of fake and genuine reports the defense dropped. A detecting defense adds,
+per repeat, whether the poisoning tests alarm on the statistics with fakes and on those
+without (the false alarm of that population), and the share of the targets among the
+keys they flag. PrivKVM reports in
 rounds and publishes means between them: the fakes report in every round, the means
 are computed from everything folded, and the run without fakes is a separate run of the
 same genuine generator (its later rounds perturb other published means, so its
@@ -27,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.attacks.defenses import Defense
+from kvldp.attacks.defenses import Alarm, Defense
 from kvldp.attacks.fakes import Round, fake_reports
 from kvldp.attacks.target import Target
 from kvldp.common.kvdata import KVData
@@ -77,14 +80,17 @@ class Folded:
     fakes_sent: int = 0
     genuine_dropped: int = 0
     genuine_sent: int = 0
+    #: the poisoning tests with and without fakes (a detecting defense only)
+    alarm_with: Alarm | None = None
+    alarm_without: Alarm | None = None
 
 
 def fold_once(mechanism: Mechanism, genuine: ReportBatch, fakes: ReportBatch, defense: Defense) -> Folded:
     """One-shot mechanisms: the same genuine reports in both statistics."""
     keep_g = defense.keep(mechanism, genuine)
     keep_f = defense.keep(mechanism, fakes)
-    without = mechanism.new_stats().fold(_take(genuine, keep_g))
-    with_fakes = without.copy().fold(_take(fakes, keep_f))
+    without = mechanism.new_stats().fold(_take(genuine, keep_g), check=False)
+    with_fakes = without.copy().fold(_take(fakes, keep_f), check=False)
     return Folded(
         with_fakes,
         without,
@@ -113,11 +119,11 @@ def privkvm_rounds(
         published = mechanism.published_means(stats.arrays["counts"].astype(np.float64))[r]
         batch = mechanism.perturb_round_many(users, rng, r, published)
         keep = defense.keep(mechanism, batch)
-        stats.fold(_take(batch, keep))
+        stats.fold(_take(batch, keep), check=False)
         if fakes is not None:
             fake = fakes(r, published)
             keep_f = defense.keep(mechanism, fake)
-            stats.fold(_take(fake, keep_f))
+            stats.fold(_take(fake, keep_f), check=False)
             if tally is not None:
                 tally.fakes_dropped += int((~keep_f).sum())
                 tally.fakes_sent += batch_len(fake)
@@ -202,6 +208,8 @@ def run_repeat(
         folded = fold_once(
             mech, genuine, fake_reports(mech, setting.attack, n_fakes, target, f_rng), setting.defense
         )
+    folded.alarm_with = setting.defense.detect(mech, folded.with_fakes)
+    folded.alarm_without = setting.defense.detect(mech, folded.without)
     truth = users.truth()
     return folded, {e: measure(mech, folded, e, target, truth) for e in setting.estimators}
 
@@ -225,7 +233,28 @@ def _mean_se(xs: Sequence[float]) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1) / math.sqrt(a.size))
 
 
-def summarise(setting: Setting, estimator: str, runs: list[tuple[Folded, Outcome]], n_fakes: int) -> Row:
+def _detection(folds: list[Folded], target: Target) -> dict[str, float]:
+    """Alarm rates with and without fakes over the repeats, the share of the targets
+    flagged (with fakes) and the mean score with fakes; NaN without detection."""
+    with_ = [f.alarm_with for f in folds if f.alarm_with is not None]
+    without = [f.alarm_without for f in folds if f.alarm_without is not None]
+    if not with_ or not without:
+        return dict.fromkeys(DETECTION, math.nan)
+    return {
+        "alarm_with_fakes": float(np.mean([a.alarm for a in with_])),
+        "alarm_without_fakes": float(np.mean([a.alarm for a in without])),
+        "targets_flagged": float(np.mean([a.flagged[target.keys].mean() for a in with_])),
+        "score_with_fakes": float(np.mean([a.score for a in with_])),
+    }
+
+
+#: the columns a detecting defense fills
+DETECTION = ("alarm_with_fakes", "alarm_without_fakes", "targets_flagged", "score_with_fakes")
+
+
+def summarise(
+    setting: Setting, estimator: str, runs: list[tuple[Folded, Outcome]], n_fakes: int, target: Target
+) -> Row:
     def stat(name: str) -> list[float]:
         return [getattr(o, name) for _, o in runs]
 
@@ -254,6 +283,7 @@ def summarise(setting: Setting, estimator: str, runs: list[tuple[Folded, Outcome
             "mse_mean": _nanmean(stat("mse_mean")),
             "fakes_dropped": sum(f.fakes_dropped for f, _ in runs) / sent_f if sent_f else math.nan,
             "genuine_dropped": sum(f.genuine_dropped for f, _ in runs) / sent_g if sent_g else math.nan,
+            **_detection([f for f, _ in runs], target),
         }
     )
 
@@ -293,7 +323,11 @@ def run(
                     for e in chosen:
                         rows.append(
                             summarise(
-                                setting, e, [(f, o[e]) for f, o in runs], fake_count(users.n_users, beta)
+                                setting,
+                                e,
+                                [(f, o[e]) for f, o in runs],
+                                fake_count(users.n_users, beta),
+                                target,
                             )
                         )
                     if progress is not None:

@@ -79,7 +79,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--defense",
         action="append",
-        help="none, plausibility, robust (repeatable; default none)",
+        help="none, plausibility, robust, detection (repeatable; default none)",
     )
     p.add_argument("--repeats", type=positive_int, default=5, help="collections per setting (default 5)")
     p.add_argument("--seed", type=int, default=0)
