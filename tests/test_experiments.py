@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvldp.attacks.results_table import TITLE as ATTACKS_TITLE
 from kvldp.experiments import EXPERIMENTS
 from kvldp.experiments.metrics import kld, ncr, relative_error, squared_error, top
 from kvldp.experiments.report import duels
@@ -67,7 +68,7 @@ def test_horigome_report_prints_the_papers_numbers_beside_ours(tmp_path: Path) -
 def test_committed_reports_carry_the_generators_text() -> None:
     """docs/results/*/README.md were written by the generator: its title, source and notes
     appear there verbatim, so a change to one is made to the other (the calibration
-    table by ``kvldp evaluate --calibration``)."""
+    table by ``kvldp evaluate --calibration``, the attack tables by ``kvldp attack``)."""
     reports = sorted((REPO / "docs" / "results").glob("*/README.md"))
     assert len(reports) >= len(EXPERIMENTS)
     for path in reports:
@@ -75,6 +76,10 @@ def test_committed_reports_carry_the_generators_text() -> None:
         if path.parent.name == "calibration":  # kvldp evaluate --calibration's table
             assert text.startswith("# Calibration of the exported standard errors\n"), path
             assert "\nMade by `kvldp evaluate --calibration`.\n" in text, path
+            continue
+        if path.parent.name == "attacks":  # kvldp attack's table
+            assert text.startswith(f"# {ATTACKS_TITLE}\n"), path
+            assert "\nMade by `kvldp attack " in text, path
             continue
         experiment = EXPERIMENTS[text.split(":", 1)[0].removeprefix("# ")]
         assert text.startswith(f"# {experiment.name}: {experiment.title}\n"), path

@@ -12,6 +12,9 @@ from typing import Any
 
 from kvldp.attacks.experiment import Row
 
+#: the first line of every results README the command writes
+TITLE = "Fake devices against the key-value mechanisms"
+
 COLUMNS = (
     "mechanism", "epsilon", "attack", "beta", "defense", "estimator", "repeats", "fakes",
     "frequency_gain", "frequency_gain_se", "mean_gain", "mean_gain_se", "target_frequency",
@@ -148,7 +151,7 @@ def write(rows: list[Row], out: Path, command: str, setting: str) -> list[Path]:
     )
     text = "\n".join(
         [
-            "# Fake devices against the key-value mechanisms",
+            f"# {TITLE}",
             "",
             f"Made by `{command}`.",
             "",
