@@ -1,0 +1,56 @@
+"""A report body checked at the edge exactly as the aggregator checks it.
+
+:class:`BodyCheck` runs the collection's :class:`~kvldp.common.wire.WireFormat` decoder
+(the one the aggregator's ingest folds with) on the body, judged against the time the
+gateway will stamp on the Kafka record, and the one-report-per-message rule of
+:mod:`kvldp.common.message_rules`. A refused body is a :class:`BodyRefused` carrying the
+HTTP status and the decoder's reason code: 409 ``config_mismatch`` (the device was built
+for another configuration of the collection), 413 ``too_large`` (above the collection's
+``max_message_bytes``), 400 with the reason otherwise (``undecodable``,
+``out_of_range``, ``implausible_report``, ...). What only the aggregator can know (a
+device over its budget, a report for a closed round, a duplicate) is left to it.
+"""
+
+from __future__ import annotations
+
+from kvldp.common.collection import Collection
+from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
+from kvldp.common.wire import WireFormat
+
+
+class BodyRefused(Exception):
+    """A body the gateway does not forward: HTTP ``status``, error ``code``, ``detail``."""
+
+    def __init__(self, status: int, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.status = status
+        self.code = code
+        self.detail = detail
+
+
+class BodyCheck:
+    """The aggregator's validation of one collection's messages."""
+
+    def __init__(self, collection: Collection) -> None:
+        self.collection = collection
+        self.wire = WireFormat(collection)
+        self.one_report = one_report_per_message(collection)
+
+    @property
+    def max_bytes(self) -> int:
+        """The largest message the collection takes."""
+        return self.wire.cap
+
+    def reports(self, body: bytes, record_ms: int) -> int:
+        """The number of reports ``body`` carries, if the aggregator would fold them all
+        from a record stamped ``record_ms``; :class:`BodyRefused` otherwise."""
+        decoded = self.wire.decode([body], [record_ms])
+        if decoded.rejected:
+            _, reason, detail = decoded.rejected[0]
+            if reason == "oversize":
+                raise BodyRefused(413, "too_large", detail)
+            raise BodyRefused(409 if reason == "config_mismatch" else 400, reason, detail)
+        count = int(decoded.message.size)
+        if count > 1 and self.one_report:
+            raise BodyRefused(400, ONE_REPORT_REASON, ONE_REPORT_DETAIL)
+        return count
