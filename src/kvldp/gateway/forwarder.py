@@ -48,6 +48,9 @@ class Forwarder:
             enable_idempotence=False,
             linger_ms=2,
             max_request_size=self.max_request_size,
+            # a record Kafka has not taken within the timeout expires in the producer too, so
+            # that one answered 503 is not delivered long after, and a stop does not wait longer
+            request_timeout_ms=int(self.timeout * 1000),
         )
         await start_or_close(self._producer, self.kafka)
 

@@ -31,6 +31,8 @@ CONTENT_TYPE = "application/msgpack"
 DEVICE_HEADER = "Kvldp-Device"
 #: seconds a client waits before retrying when Kafka is unavailable
 UNAVAILABLE_RETRY_S = 5
+#: the error codes of aiohttp's routing errors
+ROUTING_CODES = {404: "not_found", 405: "method_not_allowed"}
 #: seconds ``/readyz`` waits for the cluster's metadata
 READY_TIMEOUT_S = 2.0
 
@@ -74,6 +76,8 @@ class Routes:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return _closing(refused(413, "request body too large"))
+        except ConnectionError:  # the client left (or was cut off) before its body was complete
+            return _closing(refusal(400, "incomplete", "the connection closed before the body was complete"))
         self.metrics.bytes.labels(name).inc(len(body))
         now_ms = int(time.time() * 1000)
         try:
@@ -109,7 +113,8 @@ def _closing(response: web.Response) -> web.Response:
 
 def measured(metrics: GatewayMetrics, collections: Mapping[str, BodyCheck]) -> Middleware:
     """Count every answer by collection and status, and time it (refusals of the server's
-    own limits included)."""
+    own limits included); aiohttp's routing errors (a path or method no route serves)
+    become JSON refusals like the others."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -118,7 +123,12 @@ def measured(metrics: GatewayMetrics, collections: Mapping[str, BodyCheck]) -> M
         label = name if name in collections else ""
         status = 500
         try:
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                response = refusal(exc.status, ROUTING_CODES.get(exc.status, "bad_request"), exc.reason)
+                if "Allow" in exc.headers:
+                    response.headers["Allow"] = exc.headers["Allow"]
             status = response.status
             return response
         finally:
