@@ -10,6 +10,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -37,6 +38,7 @@ from kvldp.producer.collector import Collector
 
 from support import Rec, run_kvldp
 from support.pipeline import collection_toml, eventually, unique_collection, wait_for
+from support.tls import TlsFiles
 
 AUDIENCE = "kvldp-gateway-test"
 MSGPACK = {"Content-Type": "application/msgpack"}
@@ -484,6 +486,46 @@ def test_command_line_prints_its_address_first_and_finishes_requests_in_flight_o
         if child.poll() is None:
             child.kill()
         child.communicate()
+
+
+def test_with_its_own_certificate_it_serves_https_and_says_so(
+    broker: EmbeddedBroker, keys: Keys, tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    collection = unique_collection("kvue", d=4)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    body = sdk_messages(collection, ["d1"])[0]["value"]
+    argv = [
+        sys.executable,
+        "-P",
+        "-m",
+        "kvldp",
+        "gateway",
+        "--collection",
+        str(toml),
+        "--jwks",
+        str(keys.jwks),
+    ]
+    argv += ["--audience", AUDIENCE, "--port", "0", "--bootstrap-servers", broker.bootstrap_servers]
+    argv += ["--tls-cert", str(tls_files.server_cert_pem), "--tls-key", str(tls_files.server_key_pem)]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as child:
+        try:
+            assert child.stdout is not None
+            first = child.stdout.readline().strip()
+            assert first.startswith("gateway=https://127.0.0.1:"), first
+            base = first.split("=", 1)[1]
+
+            async def over_tls() -> int:
+                trusted = ssl.create_default_context(cafile=str(tls_files.ca_pem))
+                async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=trusted)) as session:
+                    url = f"{base}/v1/collections/{collection.name}/reports"
+                    return (await post(session, url, body, keys.auth("d1")))[0]
+
+            assert asyncio.run(over_tls()) == 202
+            child.send_signal(signal.SIGTERM)
+            assert child.wait(timeout=20) == 0
+        finally:
+            if child.poll() is None:
+                child.kill()
 
 
 @pytest.mark.parametrize(

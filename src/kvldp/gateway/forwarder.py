@@ -48,8 +48,8 @@ class Forwarder:
             enable_idempotence=False,
             linger_ms=2,
             max_request_size=self.max_request_size,
-            # a record Kafka has not taken within the timeout expires in the producer too, so
-            # that one answered 503 is not delivered long after, and a stop does not wait longer
+            # the producer gives up on a request after the produce timeout as well, so that a
+            # stop does not wait on an unreachable cluster for aiokafka's default 40 s
             request_timeout_ms=int(self.timeout * 1000),
         )
         await start_or_close(self._producer, self.kafka)
