@@ -22,7 +22,14 @@ import trustme
 from kvldp.common.errors import KvldpError
 from kvldp.gateway.rate_limit import RateLimiter, retry_after
 from kvldp.gateway.signing import generate, load_private_key, sign_token
-from kvldp.gateway.tokens import LEEWAY_S, MAX_DEVICE_ID, KeySource, TokenRefused, TokenVerifier
+from kvldp.gateway.tokens import (
+    LEEWAY_S,
+    MAX_DEVICE_ID,
+    VERIFIED_FOR_S,
+    KeySource,
+    TokenRefused,
+    TokenVerifier,
+)
 
 from support import run_kvldp
 
@@ -219,3 +226,20 @@ def test_keygen_and_token_commands_round_trip(tmp_path: Path) -> None:
         "devices", "token", "--key", str(tmp_path / "none.pem"), "--device", "d", "--audience", "a"
     )
     assert missing.returncode == 2 and "cannot read key" in missing.stderr
+
+
+def test_a_verified_token_is_remembered_for_a_bounded_time_only(tmp_path: Path) -> None:
+    generate(tmp_path / "old")
+    generate(tmp_path / "new")
+    key, kid = load_private_key(tmp_path / "old" / "private.pem")
+    clock = [time.time()]
+    verifier = TokenVerifier(
+        KeySource.open(str(tmp_path / "old" / "jwks.json")), AUDIENCE, clock=lambda: clock[0]
+    )
+    token = sign_token(key, kid, "d1", AUDIENCE, 3600)
+    assert verify(verifier, token) == "d1"
+    verifier.keys = KeySource.open(str(tmp_path / "new" / "jwks.json"))  # the old key is withdrawn
+    assert verify(verifier, token) == "d1"  # remembered ...
+    clock[0] += VERIFIED_FOR_S + 1
+    assert refusal(verifier, token).detail == "token signed by an unknown key"  # ... for a while only
+    assert refusal(verifier, token).status == 401  # and a refusal is not remembered as a success

@@ -46,7 +46,7 @@ class Forwarder:
             **self.kafka.client_options("kvldp-gateway"),
             acks="all",
             enable_idempotence=False,
-            linger_ms=2,
+            linger_ms=0,
             max_request_size=self.max_request_size,
             # the producer gives up on a request after the produce timeout as well, so that a
             # stop does not wait on an unreachable cluster for aiokafka's default 40 s

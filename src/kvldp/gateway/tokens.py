@@ -13,6 +13,12 @@ fetched with PyJWT's :class:`jwt.PyJWKClient`, which caches the key set for
 :data:`JWKS_LIFESPAN_S` seconds and refetches it on an unknown ``kid`` at most once per
 :data:`JWKS_COOLDOWN_S` seconds (the fetch runs off the event loop).
 
+A device sends the same token with every report until it expires, so a verified token is
+remembered (by its SHA-256 digest, in an LRU table of at most :data:`VERIFIED_CACHE`
+entries) until its ``exp`` plus the leeway or for :data:`VERIFIED_FOR_S` seconds, whichever
+comes first: a key removed from the key set stops admitting its tokens within that time.
+Refused tokens are never remembered.
+
 A refusal is a :class:`TokenRefused` with the HTTP status (401: missing, malformed,
 expired, not yet valid, unknown key or bad signature; 403: another audience) and a fixed
 one-line detail: never the token, never a key.
@@ -21,9 +27,12 @@ one-line detail: never the token, never a key.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
-from dataclasses import dataclass
+import time
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +54,9 @@ JWKS_LIFESPAN_S = 300.0
 JWKS_COOLDOWN_S = 30.0
 #: seconds a fetch of a URL's key set may take
 JWKS_TIMEOUT_S = 10.0
+#: verified tokens remembered, and for how long at most
+VERIFIED_CACHE = 50_000
+VERIFIED_FOR_S = 60.0
 _DEVICE_ID = re.compile(rf"[\x21-\x7e]{{1,{MAX_DEVICE_ID}}}")
 
 
@@ -138,18 +150,43 @@ class KeySource:
             raise TokenRefused(401, "token signed by an unknown key") from None
 
 
-@dataclass(frozen=True)
 class TokenVerifier:
     """Checks bearer tokens for one audience against :class:`KeySource` keys."""
 
-    keys: KeySource
-    audience: str
-    leeway: float = LEEWAY_S
+    def __init__(
+        self,
+        keys: KeySource,
+        audience: str,
+        leeway: float = LEEWAY_S,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.keys = keys
+        self.audience = audience
+        self.leeway = leeway
+        self.clock = clock
+        #: digest of a verified token -> (its device, until when it is taken unverified)
+        self._verified: OrderedDict[bytes, tuple[str, float]] = OrderedDict()
 
     async def device(self, authorization: str | None) -> str:
         """The device id of a request's ``Authorization`` header (:class:`TokenRefused`
         otherwise)."""
         token = _bearer(authorization)
+        digest = hashlib.sha256(token.encode("utf-8", "surrogateescape")).digest()
+        now = self.clock()
+        known = self._verified.get(digest)
+        if known is not None:
+            if now < known[1]:
+                self._verified.move_to_end(digest)
+                return known[0]
+            del self._verified[digest]
+        device, expires = await self._verify(token)
+        self._verified[digest] = (device, min(expires + self.leeway, now + VERIFIED_FOR_S))
+        if len(self._verified) > VERIFIED_CACHE:
+            self._verified.popitem(last=False)
+        return device
+
+    async def _verify(self, token: str) -> tuple[str, float]:
+        """The device and expiry of a token, verified in full."""
         try:
             header = jwt.get_unverified_header(token)
         except jwt.DecodeError:
@@ -189,7 +226,7 @@ class TokenVerifier:
             raise TokenRefused(
                 401, f"token subject must be a device id of 1 to {MAX_DEVICE_ID} visible ASCII characters"
             )
-        return device
+        return device, float(claims["exp"])
 
 
 def _bearer(authorization: str | None) -> str:
