@@ -33,6 +33,7 @@ from kvldp.common.wire import WireFormat
 from kvldp.gateway.endpoint import Gateway, GatewaySettings
 from kvldp.gateway.signing import PrivateKey, generate, load_private_key, sign_token
 from kvldp.gateway.tokens import KeySource, TokenVerifier
+from kvldp.gateway.validation import BodyCheck, BodyRefused
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.producer.collector import Collector
 
@@ -556,3 +557,28 @@ def test_bad_flags_are_one_line_and_exit_2(keys: Keys, tmp_path: Path, flags: li
     )
     if not done.stderr.startswith("usage:"):
         assert done.stderr.count("\n") == 1, done.stderr
+
+
+def test_bodies_checked_together_get_each_their_own_verdict() -> None:
+    collection = unique_collection("kvue", d=4)
+    check = BodyCheck(collection)
+    good = sdk_messages(collection, ["d1", "d2"])
+    batch = sdk_messages(collection, ["d1", "d2", "d3"], batch_size=3)[0]["value"]
+    envelope = msgpack.unpackb(good[0]["value"])
+    mismatch = msgpack.packb({**envelope, "cfg": (envelope["cfg"] + 1) % 2**32})
+    now = int(time.time() * 1000)
+
+    async def together() -> list[Any]:
+        bodies = [good[0]["value"], b"\xc1", batch, mismatch, good[1]["value"]]
+        return await asyncio.gather(*(check.reports(b, now) for b in bodies), return_exceptions=True)
+
+    verdicts = asyncio.run(together())
+    assert verdicts[0] == 1 and verdicts[2] == 3 and verdicts[4] == 1
+    assert isinstance(verdicts[1], BodyRefused) and (verdicts[1].status, verdicts[1].code) == (
+        400,
+        "undecodable",
+    )
+    assert isinstance(verdicts[3], BodyRefused) and (verdicts[3].status, verdicts[3].code) == (
+        409,
+        "config_mismatch",
+    )

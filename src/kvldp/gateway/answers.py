@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-#: the error code of each status the gateway answers with (a 400's is the decoder's reason)
+#: the error code of each status whose code is the status' own (a 400's or 409's is the
+#: decoder's reason, a routing error's is set where aiohttp raises it)
 CODES = {
     401: "unauthorized",
     403: "forbidden",
     404: "unknown_collection",
-    405: "method_not_allowed",
-    409: "config_mismatch",
     413: "too_large",
     415: "unsupported_media_type",
     429: "rate_limited",

@@ -81,7 +81,7 @@ class Routes:
         self.metrics.bytes.labels(name).inc(len(body))
         now_ms = int(time.time() * 1000)
         try:
-            reports = check.reports(body, now_ms)
+            reports = await check.reports(body, now_ms)
         except BodyRefused as exc:
             return refusal(exc.status, exc.code, exc.detail)
         try:
