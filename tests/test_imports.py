@@ -33,7 +33,7 @@ from support.package import MODULES, PACKAGE, REPO
 
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 #: command modules named for the package that implements their command
-COMMAND_AND_PACKAGE = {"bench", "broker", "demo", "mechanisms"}
+COMMAND_AND_PACKAGE = {"bench", "broker", "demo", "gateway", "mechanisms"}
 
 
 def test_the_walk_sees_the_whole_package() -> None:

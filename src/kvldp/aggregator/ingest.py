@@ -24,6 +24,7 @@ from kvldp.aggregator.dedup import Probe
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
 from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.aggregator.state import AggregatorState
+from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
 from kvldp.common.primitives import IntArray
 from kvldp.common.schema import ReportBatch
 from kvldp.common.wire import Decoded, WireFormat
@@ -170,7 +171,7 @@ def plan(
         keep[decoded.rids != 0] = ~probe.duplicates
     duplicates = int(np.sum(~keep))
     rounds = state.rounds
-    if (state.collection.privacy.memoize or rounds is not None) and decoded.message.size:
+    if one_report_per_message(state.collection) and decoded.message.size:
         _reject_batches(decoded.message, keep, fresh, rejected)
     ledger = current.ledger
     hashes = None  # keyed hash of each record's device, for the ledgers and the device book
@@ -229,14 +230,11 @@ def plan(
 def _reject_batches(
     message: IntArray, keep: NDArray[np.bool_], fresh: Sequence[Record], rejected: list[Rejected]
 ) -> None:
-    """Memoized and interactive collections count each device by its record key (once, or
-    once per round): a message carrying several reports (a gateway batch) cannot say
-    whose each one is, so it is refused."""
+    """Refuse every message carrying several reports (:mod:`kvldp.common.message_rules`)."""
     messages, counts = np.unique(message, return_counts=True)
     for m in messages[counts > 1]:
         r = fresh[int(m)]
-        detail = "this collection takes one report per message (the record key names the device)"
-        rejected.append(Rejected(r.offset, r.key, r.value, "invalid_report", detail))
+        rejected.append(Rejected(r.offset, r.key, r.value, ONE_REPORT_REASON, ONE_REPORT_DETAIL))
     keep &= ~np.isin(message, messages[counts > 1])
 
 

@@ -29,7 +29,9 @@ from kvldp.cli import (
     bench,
     broker,
     demo,
+    device_keys,
     evaluate,
+    gateway,
     mechanisms,
     produce,
     record,
@@ -49,6 +51,8 @@ SUBCOMMANDS = (
     broker,
     produce,
     aggregate,
+    gateway,
+    device_keys,
     record,
     replay,
 )

@@ -13,13 +13,17 @@ In the order :class:`~kvldp.web.server.WebServer` stacks them, outermost first:
   (any body when it is 0), and closes the connection without reading the body;
 * :func:`basic_auth` answers 401 with ``WWW-Authenticate`` unless the request carries the
   configured credentials.
+
+An endpoint whose clients read answers in another format than plain text (the gateway's
+JSON) hands the server a :data:`Refusal`, which writes the 405 and 413 answers;
+:func:`text_refusal` is the default.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -28,6 +32,14 @@ from kvldp.web.listener import Listener
 from kvldp.web.security import HttpSecurity
 
 logger = logging.getLogger("kvldp.web")
+
+#: writes a refusal: (status, stable error code, one-line detail) -> the response
+Refusal = Callable[[int, str, str], web.Response]
+
+
+def text_refusal(status: int, code: str, detail: str) -> web.Response:
+    """A refusal as one line of plain text (the detail)."""
+    return web.Response(status=status, text=f"{detail}\n")
 
 
 def phases(listener: Listener) -> Middleware:
@@ -62,7 +74,7 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.Response(status=500, text="internal error\n")
 
 
-def allowed_methods(methods: Iterable[str]) -> Middleware:
+def allowed_methods(methods: Iterable[str], refuse: Refusal = text_refusal) -> Middleware:
     """405 to every method but ``methods``."""
     allowed = frozenset(methods)
     allow = ", ".join(sorted(allowed))
@@ -70,13 +82,15 @@ def allowed_methods(methods: Iterable[str]) -> Middleware:
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.method not in allowed:
-            return web.Response(status=405, text=f"only {allow}\n", headers={"Allow": allow})
+            response = refuse(405, "method_not_allowed", f"only {allow}")
+            response.headers["Allow"] = allow
+            return response
         return await handler(request)
 
     return middleware
 
 
-def body_limit(max_body: int) -> Middleware:
+def body_limit(max_body: int, refuse: Refusal = text_refusal) -> Middleware:
     """413 (and a closed connection) to a body above ``max_body`` bytes; 0 refuses any body.
     A chunked body of unknown length is refused at 0 and otherwise bounded as it is read
     (aiohttp's ``client_max_size``)."""
@@ -85,8 +99,8 @@ def body_limit(max_body: int) -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         length = request.content_length
         if request.body_exists and (max_body == 0 or (length is not None and length > max_body)):
-            text = "no request body accepted\n" if max_body == 0 else f"request body above {max_body} bytes\n"
-            response = web.Response(status=413, text=text)
+            text = "no request body accepted" if max_body == 0 else f"request body above {max_body} bytes"
+            response = refuse(413, "too_large", text)
             response.force_close()
             return response
         return await handler(request)

@@ -5,7 +5,10 @@
 aiohttp parses the requests (with the limits' line, field and header-count bounds), routes
 them and writes the responses; :class:`~kvldp.web.listener.Listener` accepts the
 connections within the connection bound and puts each behind its deadlines; the
-middlewares of :mod:`kvldp.web.middleware` refuse methods, bodies and missing credentials.
+middlewares of :mod:`kvldp.web.middleware` refuse methods, bodies and missing credentials
+(in the endpoint's :data:`~kvldp.web.middleware.Refusal` format). An endpoint's own
+middlewares run inside :func:`~kvldp.web.middleware.phases` and around those refusals, so
+they see every answer (the gateway counts them).
 Closing stops accepting, gives answers in flight ``shutdown_grace`` seconds, and then
 cuts whatever is still open.
 """
@@ -15,10 +18,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from kvldp.web.limits import Limits
 from kvldp.web.listener import Listener
-from kvldp.web.middleware import allowed_methods, basic_auth, body_limit, phases
+from kvldp.web.middleware import Refusal, allowed_methods, basic_auth, body_limit, phases, text_refusal
 from kvldp.web.security import HttpSecurity
 
 
@@ -31,8 +35,13 @@ class WebServer:
         methods: Iterable[str],
         limits: Limits | None = None,
         security: HttpSecurity | None = None,
+        *,
+        refusal: Refusal = text_refusal,
+        middlewares: Iterable[Middleware] = (),
     ) -> None:
         self.routes = list(routes)
+        self.refusal = refusal
+        self.middlewares = list(middlewares)
         self.methods = frozenset(methods)
         self.limits = limits or Limits()
         self.security = security or HttpSecurity()
@@ -52,8 +61,9 @@ class WebServer:
         app = web.Application(
             middlewares=[
                 phases(listener),
-                allowed_methods(self.methods),
-                body_limit(limits.max_body),
+                *self.middlewares,
+                allowed_methods(self.methods, self.refusal),
+                body_limit(limits.max_body, self.refusal),
                 basic_auth(self.security),
             ],
             client_max_size=max(limits.max_body, 1),  # 0 would mean unbounded

@@ -1,0 +1,108 @@
+"""One gateway process: its collections, token verifier, rate limiter, Kafka producer and
+HTTP server, from start to a clean stop.
+
+:meth:`Gateway.run` connects the producer, starts serving, reports the bound port, and on
+the stop event (SIGTERM or Ctrl-C from the command line) stops accepting connections,
+lets requests in flight finish (up to the produce timeout and a second), delivers what the
+producer still holds and returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
+from kvldp.gateway.answers import refusal
+from kvldp.gateway.forwarder import Forwarder
+from kvldp.gateway.instruments import GatewayMetrics
+from kvldp.gateway.rate_limit import RateLimiter
+from kvldp.gateway.routes import Routes, measured
+from kvldp.gateway.tokens import TokenVerifier
+from kvldp.gateway.validation import BodyCheck
+from kvldp.kafka.client_config import KafkaConfig
+from kvldp.web.limits import Limits
+from kvldp.web.security import HttpSecurity
+from kvldp.web.server import WebServer
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """What an operator tunes: the per-device rate, connections and the produce timeout."""
+
+    #: requests per second a device may make on average, and at once
+    device_rate: float = 1.0
+    device_burst: float = 10.0
+    #: devices whose rate the table remembers (least recently seen evicted first)
+    max_devices: int = 100_000
+    #: seconds Kafka has to acknowledge a report before the answer is 503
+    produce_timeout: float = 10.0
+    max_connections: int = 10_000
+    #: seconds a client has to send its request head, and its body once the head is in
+    head_timeout: float = 10.0
+    body_timeout: float = 20.0
+    keepalive_timeout: float = 75.0
+
+
+class Gateway:
+    """Serves the reports of ``collections`` to Kafka for devices that ``verifier`` admits."""
+
+    def __init__(
+        self,
+        collections: Sequence[Collection],
+        kafka: KafkaConfig,
+        verifier: TokenVerifier,
+        host: str,
+        port: int,
+        settings: GatewaySettings | None = None,
+        security: HttpSecurity | None = None,
+    ) -> None:
+        names = [c.name for c in collections]
+        if not names:
+            raise KvldpError("the gateway needs at least one --collection")
+        duplicated = sorted({n for n in names if names.count(n) > 1})
+        if duplicated:
+            raise KvldpError(f"collection {duplicated[0]!r} is given twice")
+        self.settings = settings or GatewaySettings()
+        self.checks = {c.name: BodyCheck(c) for c in collections}
+        self.host, self.port = host, port
+        self.security = security or HttpSecurity()
+        max_body = max(check.max_bytes for check in self.checks.values())
+        self.metrics = GatewayMetrics()
+        self.forwarder = Forwarder(kafka, self.settings.produce_timeout, max_body)
+        s = self.settings
+        self.limiter = RateLimiter(s.device_rate, s.device_burst, s.max_devices)
+        self.routes = Routes(self.checks, verifier, self.limiter, self.forwarder, self.metrics)
+        self.limits = Limits(
+            max_body=max_body,
+            head_timeout=s.head_timeout,
+            response_timeout=s.body_timeout + s.produce_timeout,
+            keepalive_timeout=s.keepalive_timeout,
+            max_connections=s.max_connections,
+            shutdown_grace=s.produce_timeout + 1.0,
+        )
+        self.server = WebServer(
+            self.routes.table(),
+            ("GET", "POST"),
+            self.limits,
+            self.security,
+            refusal=refusal,
+            middlewares=[measured(self.metrics, self.checks)],
+        )
+        self.bound_port: int | None = None
+
+    async def run(self, stop: asyncio.Event, ready: Callable[[Gateway], None] | None = None) -> None:
+        """Serve until ``stop`` is set, then drain and close (see the module docstring)."""
+        await self.forwarder.start()
+        try:
+            self.bound_port = await self.server.start(self.host, self.port)
+            try:
+                if ready is not None:
+                    ready(self)
+                await stop.wait()
+            finally:
+                await self.server.close()
+        finally:
+            await self.forwarder.stop()

@@ -1,0 +1,64 @@
+"""The gateway's Prometheus metrics, in a registry of its own (served on ``/metrics``).
+
+* ``kvldp_gateway_requests_total{collection,status}`` — requests answered, by collection
+  (empty for paths outside a known collection, so clients cannot grow the label set) and
+  HTTP status;
+* ``kvldp_gateway_request_seconds{collection}`` — time from a complete request head to
+  the answer;
+* ``kvldp_gateway_request_bytes_total{collection}`` — report body bytes received;
+* ``kvldp_gateway_produce_errors_total{collection}`` — bodies Kafka did not acknowledge
+  in time (answered 503);
+* ``kvldp_gateway_reports_total{collection}`` — reports accepted (answered 202).
+
+No label ever carries a device id, a token or a key.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class GatewayMetrics:
+    """The counters and histogram of one gateway process."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "kvldp_gateway_requests_total",
+            "HTTP requests answered, by collection and status",
+            ["collection", "status"],
+            registry=self.registry,
+        )
+        self.seconds = Histogram(
+            "kvldp_gateway_request_seconds",
+            "seconds from a complete request head to its answer",
+            ["collection"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.bytes = Counter(
+            "kvldp_gateway_request_bytes",
+            "report body bytes received",
+            ["collection"],
+            registry=self.registry,
+        )
+        self.produce_errors = Counter(
+            "kvldp_gateway_produce_errors",
+            "report bodies Kafka did not acknowledge in time",
+            ["collection"],
+            registry=self.registry,
+        )
+        self.reports = Counter(
+            "kvldp_gateway_reports",
+            "reports accepted and acknowledged by Kafka",
+            ["collection"],
+            registry=self.registry,
+        )
+
+    def exposition(self) -> bytes:
+        """The registry in Prometheus' text format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,138 @@
+"""The gateway's HTTP routes and the middleware that measures every request.
+
+``POST /v1/collections/{name}/reports`` checks, in this order: the bearer token (401,
+403 for another audience), the collection (404), the ``Kvldp-Device`` header against the
+token's subject (403), the content type (415), the device's rate (429), the body's size
+(413) and contents (400, 409; :mod:`kvldp.gateway.validation`); then produces the body
+keyed by the device (503 when Kafka does not acknowledge in time) and answers 202. The
+checks that cost least come first, so a flooding or unauthenticated client costs little.
+``GET /healthz`` answers while the process runs, ``GET /readyz`` while Kafka answers,
+``GET /metrics`` serves :mod:`kvldp.gateway.instruments`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from kvldp.gateway.answers import accepted, refusal, refused
+from kvldp.gateway.forwarder import Forwarder, Unavailable
+from kvldp.gateway.instruments import GatewayMetrics
+from kvldp.gateway.rate_limit import RateLimiter, retry_after
+from kvldp.gateway.tokens import TokenRefused, TokenVerifier
+from kvldp.gateway.validation import BodyCheck, BodyRefused
+
+CONTENT_TYPE = "application/msgpack"
+#: the header naming the device a client believes it is (must be the token's subject)
+DEVICE_HEADER = "Kvldp-Device"
+#: seconds a client waits before retrying when Kafka is unavailable
+UNAVAILABLE_RETRY_S = 5
+#: the error codes of aiohttp's routing errors
+ROUTING_CODES = {404: "not_found", 405: "method_not_allowed"}
+#: seconds ``/readyz`` waits for the cluster's metadata
+READY_TIMEOUT_S = 2.0
+
+
+@dataclass(frozen=True)
+class Routes:
+    """The handlers of one gateway, bound to its collections, keys, limiter and producer."""
+
+    collections: Mapping[str, BodyCheck]
+    verifier: TokenVerifier
+    limiter: RateLimiter
+    forwarder: Forwarder
+    metrics: GatewayMetrics
+
+    def table(self) -> list[web.RouteDef]:
+        return [
+            web.post("/v1/collections/{name}/reports", self.post_reports),
+            web.get("/healthz", self.healthz),
+            web.get("/readyz", self.readyz),
+            web.get("/metrics", self.serve_metrics),
+        ]
+
+    async def post_reports(self, request: web.Request) -> web.StreamResponse:
+        try:
+            device = await self.verifier.device(request.headers.get("Authorization"))
+        except TokenRefused as exc:
+            return refused(exc.status, exc.detail)
+        name = request.match_info["name"]
+        check = self.collections.get(name)
+        if check is None:
+            return refused(404, "no such collection on this gateway")
+        claimed = request.headers.get(DEVICE_HEADER)
+        if claimed is not None and claimed != device:
+            return refused(403, f"the {DEVICE_HEADER} header is not the token's subject")
+        if request.content_type != CONTENT_TYPE:
+            return refused(415, f"send the report as Content-Type: {CONTENT_TYPE}")
+        wait = self.limiter.take(device)
+        if wait > 0:
+            return refused(429, "this device sends too fast", retry_after(wait))
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return _closing(refused(413, "request body too large"))
+        except ConnectionError:  # the client left (or was cut off) before its body was complete
+            return _closing(refusal(400, "incomplete", "the connection closed before the body was complete"))
+        self.metrics.bytes.labels(name).inc(len(body))
+        now_ms = int(time.time() * 1000)
+        try:
+            reports = await check.reports(body, now_ms)
+        except BodyRefused as exc:
+            return refusal(exc.status, exc.code, exc.detail)
+        try:
+            await self.forwarder.send(check.collection.reports_topic, device.encode(), body, now_ms)
+        except Unavailable as exc:
+            self.metrics.produce_errors.labels(name).inc()
+            return refused(503, str(exc), str(UNAVAILABLE_RETRY_S))
+        self.metrics.reports.labels(name).inc(reports)
+        return accepted(reports)
+
+    async def healthz(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.StreamResponse:
+        if await self.forwarder.ready(READY_TIMEOUT_S):
+            return web.json_response({"status": "ready"})
+        return refused(503, "Kafka does not answer", str(UNAVAILABLE_RETRY_S))
+
+    async def serve_metrics(self, request: web.Request) -> web.StreamResponse:
+        return web.Response(
+            body=self.metrics.exposition(), headers={"Content-Type": self.metrics.content_type}
+        )
+
+
+def _closing(response: web.Response) -> web.Response:
+    response.force_close()
+    return response
+
+
+def measured(metrics: GatewayMetrics, collections: Mapping[str, BodyCheck]) -> Middleware:
+    """Count every answer by collection and status, and time it (refusals of the server's
+    own limits included); aiohttp's routing errors (a path or method no route serves)
+    become JSON refusals like the others."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        name = request.match_info.get("name", "")
+        label = name if name in collections else ""
+        status = 500
+        try:
+            try:
+                response = await handler(request)
+            except web.HTTPException as exc:
+                response = refusal(exc.status, ROUTING_CODES.get(exc.status, "bad_request"), exc.reason)
+                if "Allow" in exc.headers:
+                    response.headers["Allow"] = exc.headers["Allow"]
+            status = response.status
+            return response
+        finally:
+            metrics.requests.labels(label, str(status)).inc()
+            metrics.seconds.labels(label).observe(time.perf_counter() - started)
+
+    return middleware
