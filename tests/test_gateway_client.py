@@ -194,9 +194,11 @@ async def test_a_final_refusal_reaches_the_caller_with_its_reason(answer: Answer
 
 
 @pytest.mark.asyncio
-async def test_other_messages_are_settled_before_the_refusal_is_raised() -> None:
+async def test_other_messages_are_settled_before_the_refusal_is_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     c = collection()
-    double = GatewayDouble([Answer(400, "malformed", "not msgpack")])
+    double = GatewayDouble([Answer(400, "malformed", "not msgpack"), Answer(409, "config_mismatch", "cfg")])
 
     async def work(url: str) -> None:
         phone = sdk(c, url, max_connections=1)
@@ -210,6 +212,11 @@ async def test_other_messages_are_settled_before_the_refusal_is_raised() -> None
 
     await served(double, work)
     assert len(double.received) == 6
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warned == [
+        "collection phones: gateway refused 1 report(s) of device " + warned[0].split("device ")[1]
+    ]
+    assert warned[0].endswith(": 409 config_mismatch: cfg")
 
 
 @pytest.mark.asyncio
@@ -318,7 +325,8 @@ async def test_tokens_never_reach_logs_or_exceptions(caplog: pytest.LogCaptureFi
         errors.append(str(invalid.value))
 
     await served(double, work)
-    assert any("sending again" in r.getMessage() for r in caplog.records)
+    again = [r for r in caplog.records if "sending again" in r.getMessage()]
+    assert [r.levelno for r in again] == [logging.WARNING]  # the first retry after a success warns
     assert secret not in caplog.text
     assert all(secret not in e for e in errors), errors
     assert errors[2] == "the token provider gave no bearer token (characters a token cannot hold)"

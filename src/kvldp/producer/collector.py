@@ -336,14 +336,17 @@ class Collector:
         accepted by the gateway. Through an endpoint, a message the gateway refused for
         good raises :class:`~kvldp.producer.gateway_client.ReportRefused` (its ``error``
         code and ``detail``), one it never took :class:`~kvldp.producer.gateway_client.GatewayUnavailable`,
-        once every other message of the flush is settled."""
+        once every other message of the flush is settled (the first failure is raised, the
+        others are logged as warnings)."""
         pending, self._pending = self._pending, []
         if not pending:
             return
         outcomes = await asyncio.gather(*pending, return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        for other in failures[1:]:
+            logger.warning("collection %s: %s", self.collection.name, other)
+        if failures:
+            raise failures[0]
 
     async def report(
         self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None

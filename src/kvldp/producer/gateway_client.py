@@ -180,6 +180,8 @@ class GatewayTransport:
         self._jitter = random.Random(secrets.randbits(64))
         #: attempts that will be (or were) followed by another one (for tests and metrics)
         self.retries = 0
+        #: whether the current run of retries was logged as a warning (once until a success)
+        self._warned = False
 
     async def start(self) -> None:
         connector = aiohttp.TCPConnector(
@@ -219,6 +221,7 @@ class GatewayTransport:
                 why, retry_after = _connection_failure(exc, self.request_timeout), None
             else:
                 if answer.status < 300:
+                    self._warned = False
                     return
                 if answer.status == 401 and not refreshed:
                     refreshed = True
@@ -238,7 +241,16 @@ class GatewayTransport:
                     message.reports,
                 )
             self.retries += 1
-            logger.info("gateway: %s; sending again in %.2f s (device %s)", why, wait, device)
+            level = logging.INFO if self._warned else logging.WARNING
+            self._warned = True
+            logger.log(
+                level,
+                "gateway at %s: %s; sending again in %.2f s (device %s)",
+                self.url.origin(),
+                why,
+                wait,
+                device,
+            )
             await asyncio.sleep(wait)
 
     async def _post(self, session: aiohttp.ClientSession, message: Message, device: str) -> _Answer:
