@@ -3,10 +3,12 @@
 A gateway that answers 429 (this device sends too fast) or 503 (Kafka does not
 acknowledge), a load balancer that answers 502 or 504, a refused connection or a timeout
 are passing conditions: :class:`RetryPolicy` says how long to wait before the next
-attempt. The wait doubles from ``initial_backoff`` up to ``max_backoff``, is drawn
-uniformly from its upper half (so that a fleet refused at once does not come back at
-once), and is never shorter than the server's ``Retry-After``. A message is given up
-once its next attempt would start more than ``deadline`` seconds after its first.
+attempt. The wait doubles from ``initial_backoff`` up to ``max_backoff`` and is drawn
+uniformly from its upper half, so that a fleet refused at once does not come back at
+once. After a ``Retry-After`` the wait is that many seconds plus a draw from the lower
+half of the step: never sooner than the server asked, and spread out, since a gateway
+tells every device the same number. A message is given up once its next attempt would
+start more than ``deadline`` seconds after its first.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ class RetryPolicy:
         """Seconds to wait before retry number ``retry`` (1 for the first), at least the
         server's ``retry_after``."""
         ceiling = min(self.max_backoff, self.initial_backoff * 2.0 ** min(retry - 1, 64))
-        wait = jitter.uniform(ceiling / 2, ceiling)
-        return wait if retry_after is None else max(wait, retry_after)
+        if retry_after is None:
+            return jitter.uniform(ceiling / 2, ceiling)
+        return retry_after + jitter.uniform(0.0, ceiling / 2)
 
 
 def parse_retry_after(value: str | None, now: datetime.datetime | None = None) -> float | None:
