@@ -302,7 +302,7 @@ async def test_settings_reach_every_client_unchanged(pems: dict[str, str]) -> No
     sdk = Collector(COLLECTION, kafka_config=config)
     aggregator = Aggregator(COLLECTION, config, metrics_port=0)
     clients = {
-        "sdk": sdk._producer,
+        "sdk": sdk.transport.producer,
         "state": StateTopic(COLLECTION, config)._producer,
         "state reader": StateFollower(COLLECTION, config)._consumer,
         "dlq": dlq_producer(config),
@@ -314,15 +314,15 @@ async def test_settings_reach_every_client_unchanged(pems: dict[str, str]) -> No
         for name, client in clients.items():
             got = client_settings(client)
             assert {k: got[k] for k in expected} == expected, name
-        assert client_settings(sdk._producer)["client_id"] == "kvldp-producer"
-        assert client_settings(named._producer)["client_id"] == "acme"
-        assert sdk._producer._sender._acks == -1  # acks="all"
-        assert lowered._producer._sender._acks == 1
+        assert client_settings(sdk.transport.producer)["client_id"] == "kvldp-producer"
+        assert client_settings(named.transport.producer)["client_id"] == "acme"
+        assert sdk.transport.producer._sender._acks == -1  # acks="all"
+        assert lowered.transport.producer._sender._acks == 1
         assert aggregator.kafka is config
         for durable in (clients["state"], clients["dlq"], clients["control"]):
             assert durable._sender._acks == -1
     finally:
-        for client in [*clients.values(), lowered._producer, named._producer]:
+        for client in [*clients.values(), lowered.transport.producer, named.transport.producer]:
             await client.stop()
 
 

@@ -2,6 +2,8 @@
 
 A single pass publishes every device once; ``--periods`` simulates a fleet
 reporting once per period (:mod:`kvldp.sim.fleet`) and says what each device spent.
+The reports go to Kafka, or with ``--endpoint URL --token-file FILE`` to ``kvldp
+gateway`` over HTTPS (:class:`Sink`).
 """
 
 from __future__ import annotations
@@ -9,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
     from kvldp.common.collection import Collection
     from kvldp.common.kvdata import KVData
     from kvldp.kafka.client_config import KafkaConfig
+    from kvldp.producer.bearer_token import TokenFile
     from kvldp.producer.collector import Collector
 
 
@@ -83,8 +87,86 @@ def register(sub: Subparsers) -> None:
         metavar="M",
         help="with --fake-fraction: value the fakes promote (default +1)",
     )
+    p.add_argument(
+        "--endpoint",
+        metavar="URL",
+        help="send to kvldp gateway at URL (https://host[:port][/path]) instead of Kafka; with --token-file",
+    )
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="with --endpoint: the bearer token of every report, or a JSON object of device id to token "
+        "(read again when the file changes)",
+    )
+    p.add_argument(
+        "--ca-file",
+        metavar="FILE",
+        help="with --endpoint: the CA (PEM) the gateway's certificate must chain to (default: the system's)",
+    )
     add_kafka_args(p)
     p.set_defaults(func=cmd_produce)
+
+
+@dataclass(frozen=True)
+class Sink:
+    """Where ``kvldp produce`` sends: Kafka (``kafka``), or the gateway at ``endpoint``
+    with the tokens of ``tokens`` and the CA of ``ca_file``."""
+
+    kafka: KafkaConfig | None = None
+    endpoint: str | None = None
+    tokens: TokenFile | None = None
+    ca_file: str | None = None
+
+    def collector(self, collection: Collection, **options: Any) -> Collector:
+        from kvldp.producer.collector import Collector
+
+        if self.kafka is not None:
+            return Collector(collection, kafka_config=self.kafka, **options)
+        return Collector(
+            collection,
+            endpoint=self.endpoint,
+            token_for=self.tokens,
+            ca_file=self.ca_file,
+            **options,
+        )
+
+    @property
+    def where(self) -> KafkaConfig | str:
+        """What a connection failure names."""
+        return self.kafka if self.kafka is not None else f"the gateway at {self.endpoint}"
+
+    def destination(self, collection: Collection) -> str:
+        return collection.reports_topic if self.endpoint is None else f"{self.endpoint} ({collection.name})"
+
+
+def sink(args: argparse.Namespace, collection: Collection) -> Sink:
+    """The sink the flags name; one-line errors for flags that do not go together, an
+    unreadable token file, or a collection that must follow rounds in Kafka."""
+    if args.endpoint is None:
+        for flag in ("token_file", "ca_file"):
+            if getattr(args, flag) is not None:
+                raise KvldpError(f"--{flag.replace('_', '-')} goes with --endpoint URL")
+        return Sink(kafka=kafka_settings(args))
+    from kvldp.common.control_record import is_interactive
+    from kvldp.producer.bearer_token import TokenFile
+    from kvldp.producer.gateway_client import reports_url
+
+    kafka_flags = ("bootstrap_servers", "kafka_config", "kafka_option")
+    clash = next((flag for flag in kafka_flags if getattr(args, flag)), None)
+    if clash is not None:
+        name = "-X" if clash == "kafka_option" else f"--{clash.replace('_', '-')}"
+        raise KvldpError(f"--endpoint sends through the gateway: {name} is for Kafka, give one of them")
+    if args.token_file is None:
+        raise KvldpError("--endpoint needs --token-file FILE (the devices' bearer tokens)")
+    if is_interactive(collection):
+        raise KvldpError(
+            f"--endpoint: collection {collection.name} reports in rounds, which devices follow on its "
+            "control topic in Kafka"
+        )
+    reports_url(args.endpoint, collection.name)
+    if args.ca_file is not None and not Path(args.ca_file).is_file():
+        raise KvldpError(f"--ca-file {args.ca_file!r} does not exist")
+    return Sink(endpoint=args.endpoint, tokens=TokenFile(args.token_file), ca_file=args.ca_file)
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
@@ -110,13 +192,12 @@ def _produce_once(args: argparse.Namespace) -> int:
     from kvldp.common.control_record import is_interactive
     from kvldp.kafka.main_loop import run_async, until_stopped
     from kvldp.producer.batching import check_batching
-    from kvldp.producer.collector import Collector
     from kvldp.progress import Progress
     from kvldp.sim import simulate
 
     collection = load_collection(args.collection)
     check_batching(collection, args.batch_size)
-    kafka = kafka_settings(args)
+    to = sink(args, collection)
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
     if args.simulate:
         if not args.users:
@@ -128,16 +209,17 @@ def _produce_once(args: argparse.Namespace) -> int:
         if args.truth:
             Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
         if args.fake_fraction is not None:
-            return _produce_with_fakes(args, collection, kafka, users)
+            return _produce_with_fakes(args, collection, to, users)
         if is_interactive(collection):
             if args.rate:
                 raise KvldpError(
                     f"--rate: collection {collection.name} reports in rounds, paced by its round_period"
                 )
-            return _produce_rounds(collection, kafka, users, rng)
+            assert to.kafka is not None
+            return _produce_rounds(collection, to.kafka, users, rng)
 
         async def publish(stop: asyncio.Event) -> int:
-            async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
+            async with to.collector(collection, rng=rng) as sdk:
                 with Progress(users.n_users, f"produce {collection.name}") as bar:
                     await until_stopped(
                         stop,
@@ -151,7 +233,7 @@ def _produce_once(args: argparse.Namespace) -> int:
                     )
                 return sdk.sent_reports
 
-        sent = run_async(publish, kafka)
+        sent = run_async(publish, to.where)
     else:
         if args.truth:
             raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
@@ -160,18 +242,16 @@ def _produce_once(args: argparse.Namespace) -> int:
             raise KvldpError(f"CSV file {str(source)!r} does not exist")
 
         async def publish_csv(stop: asyncio.Event) -> int:
-            async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
+            async with to.collector(collection, rng=rng) as sdk:
                 await until_stopped(stop, _publish_csv(sdk, source, args.batch_size))
                 return sdk.sent_reports
 
-        sent = run_async(publish_csv, kafka)
-    print(f"published {sent} reports to {collection.reports_topic}", file=sys.stderr)
+        sent = run_async(publish_csv, to.where)
+    print(f"published {sent} reports to {to.destination(collection)}", file=sys.stderr)
     return 0
 
 
-def _produce_with_fakes(
-    args: argparse.Namespace, collection: Collection, kafka: KafkaConfig, users: KVData
-) -> int:
+def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Sink, users: KVData) -> int:
     """Genuine devices and fake ones (:mod:`kvldp.attacks`), shuffled together and keyed
     ``device-0`` ... ``device-(N-1)`` in that order, published through the SDK in blocks.
     The genuine reports and the fakes are exactly those of ``kvldp attack --repeats 1``
@@ -185,7 +265,6 @@ def _produce_with_fakes(
     from kvldp.common.control_record import is_interactive
     from kvldp.common.schema import concat
     from kvldp.kafka.main_loop import run_async, until_stopped
-    from kvldp.producer.collector import Collector
     from kvldp.progress import Progress
     from kvldp.sim import simulate
 
@@ -213,7 +292,8 @@ def _produce_with_fakes(
     n_fakes = fake_count(users.n_users, args.fake_fraction)
     order = np.random.default_rng([seed, 0x1D]).permutation(users.n_users + n_fakes)
     if is_interactive(collection):
-        _produce_rounds_with_fakes(collection, kafka, users, order, seed, attack, n_fakes, target)
+        assert to.kafka is not None
+        _produce_rounds_with_fakes(collection, to.kafka, users, order, seed, attack, n_fakes, target)
         return 0
     genuine = genuine_reports(mechanism, users, genuine_rng(seed, 0))
     fakes = fake_reports(mechanism, attack, n_fakes, target, fake_rng(seed, 0))
@@ -223,7 +303,7 @@ def _produce_with_fakes(
     block = 4096
 
     async def publish(stop: asyncio.Event) -> int:
-        async with Collector(collection, kafka_config=kafka) as sdk:
+        async with to.collector(collection) as sdk:
             with Progress(order.size, f"produce {collection.name}") as bar:
 
                 async def send_all() -> None:
@@ -235,9 +315,9 @@ def _produce_with_fakes(
                 await until_stopped(stop, send_all())
             return sdk.sent_reports
 
-    sent = run_async(publish, kafka)
+    sent = run_async(publish, to.where)
     print(
-        f"published {sent} reports to {collection.reports_topic}, {n_fakes} of them from fake devices "
+        f"published {sent} reports to {to.destination(collection)}, {n_fakes} of them from fake devices "
         f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
         f"target mean {target.mean:g})",
         file=sys.stderr,
@@ -378,7 +458,6 @@ def _produce_periods(args: argparse.Namespace) -> int:
     from kvldp.common.collection_file import load_collection
     from kvldp.kafka.main_loop import run_async, until_stopped
     from kvldp.producer.batching import check_batching
-    from kvldp.producer.collector import Collector
     from kvldp.progress import Progress
     from kvldp.sim import simulate
     from kvldp.sim.fleet import FleetSimulation, PeriodReport
@@ -389,7 +468,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
         raise KvldpError("--simulate needs --users N")
     collection = load_collection(args.collection)
     check_batching(collection, args.batch_size)
-    kafka = kafka_settings(args)
+    to = sink(args, collection)
     sim = FleetSimulation(
         collection,
         args.simulate,
@@ -401,7 +480,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
 
     async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray]:
-        async with Collector(collection, kafka_config=kafka, rng=rng, clock=sim.clock) as sdk:
+        async with to.collector(collection, rng=rng, clock=sim.clock) as sdk:
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
 
                 def said(report: PeriodReport) -> None:  # below the bar, which goes on drawing
@@ -411,11 +490,11 @@ def _produce_periods(args: argparse.Namespace) -> int:
                 await until_stopped(stop, work)
             return sdk.sent_reports, sim.spent(sdk)
 
-    sent, spent = run_async(publish, kafka)
+    sent, spent = run_async(publish, to.where)
     if args.truth:
         Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
     print(
-        f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
+        f"published {sent} reports to {to.destination(collection)}; epsilon spent per device: "
         f"median {float(np.median(spent)):g}, max {float(spent.max()):g}",
         file=sys.stderr,
     )

@@ -5,7 +5,8 @@
 
 :class:`Collector` reads the collection file the aggregator reads too, perturbs every
 report locally (raw values never leave the device), keeps the device's privacy state and
-publishes to Kafka. The package holds what runs on a device and nothing else: the
+publishes to Kafka, or posts to ``kvldp gateway`` over HTTPS
+(``Collector(collection, endpoint="https://...", token=...)``). The package holds what runs on a device and nothing else: the
 collector, the device's privacy state, the SDK's input pairs and its rule on packing
 reports, its warning when PCKV's ``ell`` truncates a device's pairs, and the follower of
 an interactive collection's rounds. Importing it loads the
@@ -18,16 +19,25 @@ from kvldp.common.errors import KvldpError
 from kvldp.common.privacy import PrivacyBudgetExhausted
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import KafkaStartError
+from kvldp.producer.bearer_token import InvalidToken, TokenFile
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import ReportStatus
+from kvldp.producer.gateway_client import DeliveryError, GatewayUnavailable, ReportRefused
+from kvldp.producer.retry_policy import RetryPolicy
 
 __all__ = [
     "Collection",
     "Collector",
+    "DeliveryError",
+    "GatewayUnavailable",
+    "InvalidToken",
     "KafkaConfig",
     "KafkaStartError",
     "KvldpError",
     "PrivacyBudgetExhausted",
+    "ReportRefused",
     "ReportStatus",
+    "RetryPolicy",
+    "TokenFile",
     "load_collection",
 ]

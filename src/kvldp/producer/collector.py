@@ -12,6 +12,15 @@ reports stay in one partition. Every report carries a random non-zero 64-bit rep
 (``rid``, from the OS entropy pool whatever ``rng`` is) so that the aggregator counts a
 report the producer had to resend only once.
 
+``Collector(collection, endpoint="https://gateway.example", token=...)`` sends the same
+messages to ``kvldp gateway`` over HTTPS instead of Kafka
+(:mod:`kvldp.producer.gateway_client`): devices that cannot be given Kafka credentials
+present a bearer token, and the gateway keys their reports by the token's device.
+Everything above the transport (:mod:`kvldp.producer.transport`) is one code path, so
+perturbing, the spending rule, memoization and report ids are the same either way; a
+report the gateway must be sent again goes out as the same bytes. Interactive
+collections need the control topic and stay on Kafka.
+
 A send counts as done when the broker acknowledged it with the collector's ``acks``:
 ``"all"`` (the default) waits until every in-sync replica holds the report, so a leader
 failover cannot lose it; ``1`` waits for the leader only (a failover right after the
@@ -45,11 +54,11 @@ import asyncio
 import logging
 import math
 import secrets
+import ssl
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import numpy as np
 from aiokafka import AIOKafkaProducer
@@ -65,8 +74,8 @@ from kvldp.common.privacy import PrivacyBudgetExhausted
 from kvldp.common.schema import ReportBatch, batch_len, from_rows
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
-from kvldp.kafka.client_start import close_quietly, start_or_close
 from kvldp.producer.batching import check_batching
+from kvldp.producer.bearer_token import BearerTokens, DeviceTokenProvider, TokenProvider
 from kvldp.producer.control_follower import ControlFollower
 from kvldp.producer.device_state import (
     DeviceState,
@@ -76,7 +85,10 @@ from kvldp.producer.device_state import (
     period_of,
     tracks_privacy,
 )
+from kvldp.producer.gateway_client import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, GatewayTransport, reports_url
 from kvldp.producer.pairs import device_key, users_from_pairs
+from kvldp.producer.retry_policy import RetryPolicy
+from kvldp.producer.transport import KafkaTransport, Message, Transport
 from kvldp.producer.truncation import TruncationWarner
 
 #: sends in flight before the SDK waits for acknowledgements (bounds memory)
@@ -109,6 +121,19 @@ class Collector:
     collection's ``ell`` is warned about once (:mod:`kvldp.producer.truncation`). The states of other device ids a gateway or simulator reports
     for live in memory only, for the life of this collector. ``clock`` gives report times
     in seconds since the epoch.
+
+    Kafka (``bootstrap_servers`` or ``kafka_config``, with ``acks``) or the HTTPS gateway
+    (``endpoint``), never both. With ``endpoint``: ``token`` (a string, or a callable
+    returning a string or an awaitable one, asked before every request) or ``token_for``
+    (a callable of the device id, for a process reporting for many devices);
+    ``ca_file`` or ``ssl_context`` for a gateway whose certificate the system does not
+    trust; ``retry`` (:class:`~kvldp.producer.retry_policy.RetryPolicy`),
+    ``max_connections`` and ``request_timeout`` (seconds); ``allow_http`` for plain http
+    to another machine (tokens then cross the network in clear). The device id the caller
+    gave (``device_id``, or the ids of :meth:`report_many`) is sent as ``Kvldp-Device``,
+    which the gateway checks against the token. A message the gateway refuses for good
+    raises :class:`~kvldp.producer.gateway_client.ReportRefused` from :meth:`flush` (and
+    so from :meth:`stop`); its reports were paid for, like a report Kafka never took.
     """
 
     def __init__(
@@ -125,12 +150,45 @@ class Collector:
         *,
         kafka_config: KafkaConfig | str | Path | Mapping[str, object] | None = None,
         acks: int | str = "all",
+        endpoint: str | None = None,
+        token: str | TokenProvider | None = None,
+        token_for: DeviceTokenProvider | None = None,
+        ca_file: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        retry: RetryPolicy | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        request_timeout: float = REQUEST_TIMEOUT_S,
+        allow_http: bool = False,
     ) -> None:
         if acks not in ACKS:
             raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
-        #: where and how to connect (``bootstrap_servers`` overrides the config's address)
-        self.kafka = resolve_kafka_config(bootstrap_servers, kafka_config)
+        if endpoint is None:
+            http = {"token": token, "token_for": token_for, "ca_file": ca_file, "ssl_context": ssl_context}
+            given = [name for name, value in http.items() if value is not None]
+            if given or retry is not None:
+                raise KvldpError(f"{(given or ['retry'])[0]} goes with endpoint (the HTTPS gateway)")
+            #: where and how to connect (``bootstrap_servers`` overrides the config's address);
+            #: None with an ``endpoint``
+            self.kafka: KafkaConfig | None = resolve_kafka_config(bootstrap_servers, kafka_config)
+        else:
+            kafka_given = {
+                "bootstrap_servers": bootstrap_servers,
+                "kafka_config": kafka_config,
+                "producer": producer,
+            }
+            clash = [name for name, value in kafka_given.items() if value is not None]
+            if clash or acks != "all":
+                raise KvldpError(
+                    f"endpoint sends through the HTTPS gateway, {(clash or ['acks'])[0]} is a Kafka "
+                    "setting: give one of them (the gateway waits for acks=all)"
+                )
+            if is_interactive(self.collection):
+                raise KvldpError(
+                    f"collection {self.collection.name} reports in rounds, which a device follows on "
+                    "the collection's control topic in Kafka: it cannot report through an endpoint"
+                )
+            self.kafka = None
         self.wire = WireFormat(self.collection)
         self.rng = rng if rng is not None else secure_rng()
         # never from ``rng``: two simulators seeded alike must not share report ids
@@ -146,6 +204,8 @@ class Collector:
                 self.state.device_id = device_id
                 self.state.save()
         self.device_id = self.state.device_id
+        #: whether this device's id came from the caller (sent to the gateway as the claimed device)
+        self._id_given = device_id is not None
         #: states of the other device ids this collector reports for (gateways, simulators)
         self.fleet = Fleet(self.collection)
         self._tracked = tracks_privacy(self.collection)
@@ -153,36 +213,53 @@ class Collector:
         #: warns once per device whose pairs PCKV's ell truncates
         self.truncation = TruncationWarner(self.collection, logger)
         self.acks = acks
-        self._producer = producer or AIOKafkaProducer(
-            **self.kafka.client_options(client_id),
-            acks=acks,
-            linger_ms=5,
-            max_request_size=max(self.collection.aggregate.max_message_bytes * 2, 1 << 20),
-            enable_idempotence=False,
-        )
-        self._pending: list[asyncio.Future[Any]] = []
+        #: where the messages go: the collection's reports topic, or the gateway
+        self.transport: Transport
+        if self.kafka is None:
+            assert endpoint is not None
+            self.transport = GatewayTransport(
+                reports_url(endpoint, self.collection.name, allow_http=allow_http),
+                BearerTokens(token, token_for),
+                retry=retry,
+                max_connections=max_connections,
+                request_timeout=request_timeout,
+                ca_file=ca_file,
+                ssl_context=ssl_context,
+            )
+        else:
+            producer = producer or AIOKafkaProducer(
+                **self.kafka.client_options(client_id),
+                acks=acks,
+                linger_ms=5,
+                max_request_size=max(self.collection.aggregate.max_message_bytes * 2, 1 << 20),
+                enable_idempotence=False,
+            )
+            self.transport = KafkaTransport(producer, self.collection.reports_topic, self.kafka)
+        self._pending: list[Awaitable[object]] = []
         self.sent_reports = 0
         self.sent_messages = 0
         #: the open round of an interactive collection (None for the others)
         self.control = (
-            ControlFollower(self.collection, self.kafka) if is_interactive(self.collection) else None
+            ControlFollower(self.collection, self.kafka)
+            if self.kafka is not None and is_interactive(self.collection)
+            else None
         )
         self.control_timeout = control_timeout
 
     @property
-    def bootstrap_servers(self) -> str:
-        """The address this collector connects to (from its Kafka settings)."""
-        return self.kafka.bootstrap_servers
+    def bootstrap_servers(self) -> str | None:
+        """The Kafka address this collector connects to (None when it sends to an endpoint)."""
+        return None if self.kafka is None else self.kafka.bootstrap_servers
 
     async def start(self) -> None:
         """Connect (a failed start closes every client it opened; TLS and SASL failures
         raise :class:`kvldp.kafka.client_start.KafkaStartError`, one line naming the setting)."""
-        await start_or_close(self._producer, self.kafka)
+        await self.transport.start()
         if self.control is not None:
             try:
                 await self.control.start()
             except BaseException:
-                await close_quietly(self._producer)
+                await self.transport.stop()
                 raise
 
     async def stop(self) -> None:
@@ -191,7 +268,7 @@ class Collector:
         finally:
             if self.control is not None:
                 await self.control.stop()
-            await self._producer.stop()
+            await self.transport.stop()
 
     async def __aenter__(self) -> Collector:
         await self.start()
@@ -245,21 +322,31 @@ class Collector:
         return max(1, min(batch_size, self.wire.max_batch()))
 
     # ------------------------------------------------------------------ publishing
-    async def _send(self, value: bytes, key: bytes, timestamp_ms: int) -> None:
-        fut = await self._producer.send(
-            self.collection.reports_topic, value=value, key=key, timestamp_ms=timestamp_ms
-        )
-        self._pending.append(fut)
+    async def _send(self, value: bytes, device: str | bytes | int, timestamp_ms: int, reports: int) -> None:
+        key = device_key(device)
+        claimed = self._id_given or key != device_key(self.device_id)
+        self._pending.append(await self.transport.send(Message(value, key, timestamp_ms, claimed, reports)))
         self.sent_messages += 1
         if len(self._pending) >= MAX_IN_FLIGHT:
             await self.flush()
 
     async def flush(self) -> None:
-        """Wait until every message sent so far is acknowledged by the broker, with this
-        collector's ``acks`` (by default every in-sync replica holds it)."""
+        """Wait until every message sent so far is delivered: acknowledged by the broker
+        with this collector's ``acks`` (by default every in-sync replica holds it), or
+        accepted by the gateway. Through an endpoint, a message the gateway refused for
+        good raises :class:`~kvldp.producer.gateway_client.ReportRefused` (its ``error``
+        code and ``detail``), one it never took :class:`~kvldp.producer.gateway_client.GatewayUnavailable`,
+        once every other message of the flush is settled (the first failure is raised, the
+        others are logged as warnings)."""
         pending, self._pending = self._pending, []
-        if pending:
-            await asyncio.gather(*pending)
+        if not pending:
+            return
+        outcomes = await asyncio.gather(*pending, return_exceptions=True)
+        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+        for other in failures[1:]:
+            logger.warning("collection %s: %s", self.collection.name, other)
+        if failures:
+            raise failures[0]
 
     async def report(
         self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None
@@ -272,6 +359,8 @@ class Collector:
         ``report_period``); for an interactive collection SKIPPED_ROUND (already reported
         in the open round) or ROUNDS_DONE (the last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
         untouched) if the report would take the device past ``lifetime_epsilon``.
+        The status says what was spent and handed to the transport; whether the report was
+        delivered (or refused by the gateway) is known at :meth:`flush`.
         """
         device = device_id if device_id is not None else self.device_id
         summary = await self.publish_users(self.users_from_pairs([pairs]), [device])
@@ -473,9 +562,9 @@ class Collector:
         rids = self.report_ids(n)
         if per_message == 1:
             for value, device in zip(self.wire.encode_many(batch, now, rids), device_ids, strict=True):
-                await self._send(value, device_key(device), now)
+                await self._send(value, device, now, 1)
             return
         for start in range(0, n, per_message):
             part = {name: column[start : start + per_message] for name, column in batch.items()}
             value = self.wire.encode_batch(part, ts_ms=now, rids=rids[start : start + per_message])
-            await self._send(value, device_key(device_ids[start]), now)
+            await self._send(value, device_ids[start], now, min(per_message, n - start))
