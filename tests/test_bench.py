@@ -52,6 +52,29 @@ def test_memory_reads_a_real_aggregator_process(capsys: pytest.CaptureFixture[st
     assert all(r["rss_mib"] > 10 for r in rows) and rows[0]["ratio_to_first"] == 1.0
 
 
+def test_gateway_bench_reports_throughput_memory_and_hostile_tables(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "gateway", "--clients", "2", "--requests", "80", "--connections", "40"]
+    assert main([*argv, "--repeats", "2", "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)
+    assert list(tables) == ["throughput", "memory", "hostile"]
+    bare, gateway = tables["throughput"]
+    assert (bare["case"], gateway["case"]) == ("bare endpoint", "gateway")
+    for row in (bare, gateway):
+        assert len(row["runs"]) == 2 and _rate(row["requests_per_s"])
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+    assert gateway["ratio"] == pytest.approx(gateway["requests_per_s"] / bare["requests_per_s"])
+    assert gateway["met"] is (gateway["ratio"] >= 0.8)
+    idle, loaded = tables["memory"]
+    assert loaded["connections"] == 40 and idle["rss_mib"] > 10 and loaded["rss_mib"] > 10
+    calm, attacked, attackers = tables["hostile"]
+    assert calm["errors"] == attacked["errors"] == 0  # well-behaved clients are all accepted
+    assert calm["answers"] == attacked["answers"] == "202: 80"
+    for refused in ("bad token 401", "expired token 401", "malformed 400", "oversized 413"):
+        assert refused in attackers["answers"]
+
+
 def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:
     rows = bench_refit_scaling(["kvue"], 10, 1.0, 1_000, 3_000, seed=0, repeats=1)
     assert {r["estimator"] for r in rows} == {"unbiased", "em", "em (warm)", "normsub", "eb", "robust"}
