@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 
 import pytest
 
@@ -73,6 +74,20 @@ def test_gateway_bench_reports_throughput_memory_and_hostile_tables(
     assert calm["answers"] == attacked["answers"] == "202: 80"
     for refused in ("bad token 401", "expired token 401", "malformed 400", "oversized 413"):
         assert refused in attackers["answers"]
+
+
+def test_gateway_bench_refuses_more_connections_than_descriptors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit on open files here")
+    assert main(["bench", "gateway", "--connections", str(hard)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"--connections {hard} needs an open-file limit of {hard + 256}; the hard limit is {hard}")
+    )
 
 
 def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:

@@ -49,6 +49,7 @@ from kvldp.bench.kafka_throughput import bench_collection
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import collection_toml
+from kvldp.common.errors import KvldpError
 from kvldp.common.wire import WireFormat
 from kvldp.gateway.signing import PrivateKey, generate, load_private_key, sign_token
 from kvldp.kafka.client_config import KafkaConfig
@@ -263,14 +264,19 @@ async def _exchange(port: int) -> asyncio.StreamWriter:
     return writer
 
 
-async def _connections(setup: Setup, connections: int) -> list[dict[str, Any]]:
+def allow_descriptors(connections: int) -> None:
+    """Raise this process's open-file limit for ``connections`` client sockets (one line
+    naming the hard limit when it is too low)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = connections + 256
     if hard != resource.RLIM_INFINITY and hard < wanted:
-        raise RuntimeError(
-            f"{connections} connections need an open-file limit of {wanted}; the hard limit is {hard}"
+        raise KvldpError(
+            f"--connections {connections} needs an open-file limit of {wanted}; the hard limit is {hard}"
         )
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, wanted), hard))
+
+
+async def _connections(setup: Setup, connections: int) -> list[dict[str, Any]]:
     flags = ("--device-rate", "1e9", "--max-connections", str(connections + 64))
     with running(setup.gateway(*flags)) as gateway:
         port = int(gateway.url.rsplit(":", 1)[1])
@@ -423,6 +429,7 @@ def bench_gateway(
     clients: int = 16, requests: int = 10_000, connections: int = 10_000, repeats: int = 5, seed: int = 0
 ) -> dict[str, list[dict[str, Any]]]:
     """The three tables of ``kvldp bench gateway`` (see the module docstring)."""
+    allow_descriptors(connections)
     collection = bench_collection("gateway")
     with EmbeddedBroker(0) as broker, tempfile.TemporaryDirectory(prefix="kvldp-bench-gateway-") as tmp:
         workdir = Path(tmp)
