@@ -10,10 +10,13 @@
   in time (answered 503);
 * ``kvldp_gateway_reports_total{collection}`` — reports accepted (answered 202).
 
-No label ever carries a device id, a token or a key.
+No label ever carries a device id, a token or a key. Each collection's series start at 0
+when the gateway starts, so a rate of produce errors is 0, not missing, until one occurs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
@@ -25,7 +28,7 @@ class GatewayMetrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, collections: Iterable[str] = ()) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "kvldp_gateway_requests_total",
@@ -58,6 +61,9 @@ class GatewayMetrics:
             ["collection"],
             registry=self.registry,
         )
+        for name in collections:
+            for family in (self.seconds, self.bytes, self.produce_errors, self.reports):
+                family.labels(name)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""
