@@ -14,15 +14,17 @@ each report followed by ``flush()``. Meanwhile:
    again on the same port.
 
 The devices retry on 503 and on broken connections, sending the same bytes. Afterwards
-every device's ``flush()`` has returned, the reports topic holds, for every device,
-exactly the reports it believes it sent (distinct report ids; some more than once), and
-the aggregator folded exactly their number, counting every extra copy as a duplicate.
+every device's ``flush()`` has returned, the reports topic holds under every device's
+key as many distinct report ids as the reports the device believes it sent (some stored
+more than once), and the aggregator folded exactly their number, counting every extra
+copy as a duplicate.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import signal
 import time
 from collections import defaultdict
@@ -75,6 +77,15 @@ def own_broker() -> Iterator[EmbeddedBroker]:
     """A broker of this test's own: pausing it must stall nothing else."""
     with EmbeddedBroker(0) as running:
         yield running
+
+
+def allow_open_files(count: int) -> None:
+    """Raise this process's open-file limit to ``count`` (one connection per device)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < count:
+        if hard != resource.RLIM_INFINITY and hard < count:
+            pytest.fail(f"the test needs {count} open files; the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (count, hard))
 
 
 async def device(
@@ -135,6 +146,7 @@ async def nothing_lost_nothing_doubled(
     broker: EmbeddedBroker, workdir: Path, devices: int
 ) -> dict[str, float]:
     started = time.monotonic()
+    allow_open_files(devices + 1024)
     collection = unique_collection("kvue", d=6, dedup_horizon=DEDUP_HORIZON)
     toml = collection_toml(collection, workdir / "collection.toml")
     keygen = run_kvldp("devices", "keygen", "--out", str(workdir / "keys"))
