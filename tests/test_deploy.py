@@ -18,9 +18,11 @@ import yaml
 from kvldp import dashboard
 from kvldp.aggregator import exporter
 from kvldp.common.collection_file import load_collection
+from kvldp.gateway import instruments
 
 from support import run
 from support.deploy import (
+    CLIENT_FILE,
     COMPOSE,
     DEPLOY,
     KVLDP_SERVICES,
@@ -29,8 +31,10 @@ from support.deploy import (
     broker_properties,
     command_args,
     depends,
+    mounted_file,
     mounts,
     option,
+    volume_at,
 )
 
 
@@ -51,8 +55,8 @@ def test_local_image_is_built_from_this_repository() -> None:
         assert (context / "pyproject.toml").is_file()
         assert (context / build["dockerfile"]).is_file()
     for name, service in SERVICES.items():
-        if service["image"] == "kvldp:0.1.0":
-            assert command_args(service)[0] in {"aggregate", "produce"}, name
+        if service["image"] == "kvldp:0.1.0" and "entrypoint" not in service:
+            assert command_args(service)[0] in {"aggregate", "produce", "gateway"}, name
 
 
 def test_published_ports_do_not_clash() -> None:
@@ -84,7 +88,15 @@ def test_dependencies_and_health_checks() -> None:
             assert dep in SERVICES, f"{name} depends on unknown {dep}"
             if rule["condition"] == "service_healthy":
                 assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep}'s health, which has no check"
-    for name in ("kafka", "aggregator", "checkout-worker", "checkout-exporter", "prometheus", "grafana"):
+    for name in (
+        "kafka",
+        "aggregator",
+        "checkout-worker",
+        "checkout-exporter",
+        "gateway",
+        "prometheus",
+        "grafana",
+    ):
         assert "healthcheck" in SERVICES[name], name
     assert SERVICES["kafka"]["depends_on"]["certs"]["condition"] == "service_completed_successfully"
     for name in KVLDP_SERVICES:
@@ -126,6 +138,44 @@ def test_collections_topics_and_scrape_targets_agree() -> None:
             path = option(service, "collection")
             assert path is not None
             load_collection(DEPLOY / "collections" / path.removeprefix("/collections/"))
+
+
+def test_gateway_serves_the_stacks_collections_with_keys_from_the_one_shot() -> None:
+    """The gateway serves every collection an aggregator of the stack folds, once their
+    topics exist, with the stack's Kafka client file; it reads the public key set that the
+    device-keys one-shot writes (and never the private key), listens on its published
+    port, reports ready on /readyz of that port, and Prometheus scrapes that port."""
+    gateway, keys = SERVICES["gateway"], SERVICES["device-keys"]
+    args = command_args(gateway)
+    assert args[0] == "gateway"
+    served = {a.split("=", 1)[1] for a in args if a.startswith("--collection=")}
+    aggregated = {option(s, "collection") for s in SERVICES.values() if command_args(s)[:1] == ["aggregate"]}
+    assert served == aggregated
+    for path in served:
+        load_collection(DEPLOY / "collections" / path.removeprefix("/collections/"))
+    for service in ("aggregator", "checkout-exporter"):  # they create the topics
+        assert gateway["depends_on"][service]["condition"] == "service_healthy"
+    assert option(gateway, "kafka-config") == "/etc/kvldp/kafka-client.properties"
+    assert mounted_file(gateway, "/etc/kvldp/kafka-client.properties") == CLIENT_FILE
+    # keys: the one-shot writes private.pem into device-keys and copies jwks.json into
+    # device-jwks; the gateway mounts only the latter, read-only
+    assert gateway["depends_on"]["device-keys"]["condition"] == "service_completed_successfully"
+    jwks = option(gateway, "jwks")
+    assert jwks is not None and volume_at(gateway, jwks) == "device-jwks"
+    assert "device-keys" not in {source for source, _ in mounts(gateway)}
+    assert any(v.startswith("device-jwks:") and v.endswith(":ro") for v in gateway["volumes"])
+    script = keys["entrypoint"][-1]
+    assert "kvldp devices keygen --out /keys" in script and f"/keys/jwks.json {jwks}" in script
+    assert volume_at(keys, "/keys/private.pem") == "device-keys" and volume_at(keys, jwks) == "device-jwks"
+    assert keys["restart"] == "no"
+    # the port: published, health-checked on /readyz, scraped
+    port = option(gateway, "port")
+    assert option(gateway, "host") == "0.0.0.0" and port is not None
+    assert f"{port}:{port}" in gateway["ports"]
+    assert f"http://127.0.0.1:{port}/readyz" in " ".join(gateway["healthcheck"]["test"])
+    prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
+    assert jobs["kvldp-gateway"]["static_configs"] == [{"targets": [f"gateway:{port}"]}]
 
 
 def test_grafana_provisioning_matches_the_dashboard() -> None:
@@ -184,6 +234,10 @@ def test_committed_dashboard_is_the_generated_one() -> None:
         "reports per round",
         "means published per round",
         "poisoning score",
+        "gateway requests",
+        "gateway latency",
+        "gateway report bytes",
+        "gateway produce errors",
     ):
         assert needed in titles, needed
     ids = [p["id"] for p in board["panels"]]
@@ -191,9 +245,10 @@ def test_committed_dashboard_is_the_generated_one() -> None:
 
 
 def test_every_panel_queries_a_metric_of_the_exporter_contract() -> None:
-    """Each kvldp_* series a panel or variable reads is one the exporter documents (its
-    module docstring is the metrics contract; histograms by their _bucket/_sum/_count)."""
-    contract = set(re.findall(r"``(kvldp_\w+)", exporter.__doc__ or ""))
+    """Each kvldp_* series a panel or variable reads is one the exporter or the gateway
+    documents (their module docstrings are the metrics contract; histograms by their
+    _bucket/_sum/_count)."""
+    contract = set(re.findall(r"``(kvldp_\w+)", (exporter.__doc__ or "") + (instruments.__doc__ or "")))
     board = dashboard.build()
     queries = [t["expr"] for p in board["panels"] for t in p["targets"]]
     queries += [v["definition"] for v in board["templating"]["list"]]

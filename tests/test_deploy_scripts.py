@@ -5,15 +5,19 @@ the health check and refuses a client file the broker cannot serve. On every fil
 table of the properties format's rules, the start script either gives the broker the
 password Java reads from the file (checked with real Java on both the client file and
 the credential file the script hands to kafka-configs.sh) or refuses the file in one
-line naming the line."""
+line naming the line. The device-keys one-shot makes the gateway's key once and hands it
+only the public key set."""
 
 from __future__ import annotations
 
+import asyncio
+import re
 import shutil
 import socket
 import ssl
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -21,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from kvldp.gateway.signing import load_private_key, sign_token
+from kvldp.gateway.tokens import KeySource, TokenVerifier
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
 from kvldp.kafka.properties_file import parse_properties
 
@@ -294,3 +300,43 @@ def test_start_script_refuses_a_client_file_the_broker_cannot_serve(
     assert result.returncode == 1 and result.stderr.startswith("kafka-start: ") and message in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert "image entrypoint started" not in result.stdout
+
+
+def test_device_keys_one_shot_makes_a_key_once_and_gives_the_gateway_its_public_set(tmp_path: Path) -> None:
+    """The device-keys entrypoint, run twice (a restart of the stack) with its volumes as
+    directories and the kvldp command of this environment: the first run writes the key,
+    the second keeps it; the gateway's volume holds only the public set, which verifies a
+    token signed with the kept key. A key directory it cannot write fails the one-shot
+    (the gateway then never starts) and copies nothing."""
+    script = SERVICES["device-keys"]["entrypoint"][-1]
+    keys, jwks = tmp_path / "keys", tmp_path / "jwks"
+    keys.mkdir()
+    jwks.mkdir()
+
+    def one_shot(keys_dir: Path, jwks_dir: Path) -> subprocess.CompletedProcess[str]:
+        """The entrypoint with the volumes' mount points replaced by these directories."""
+        where = {"keys": str(keys_dir), "jwks": str(jwks_dir)}
+        command = re.sub(r"(?<= )/(keys|jwks)\b", lambda m: where[m.group(1)], script)
+        assert " /keys" not in command and " /jwks" not in command, command
+        env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin"}  # kvldp of this environment
+        return subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env)
+
+    local = (keys, jwks)
+    first = one_shot(*local)
+    assert first.returncode == 0, first.stderr
+    private = (keys / "private.pem").read_bytes()
+    again = one_shot(*local)
+    assert again.returncode == 0, again.stderr
+    assert (keys / "private.pem").read_bytes() == private
+    assert sorted(p.name for p in jwks.iterdir()) == ["jwks.json"]
+    assert (jwks / "jwks.json").read_bytes() == (keys / "jwks.json").read_bytes()
+    key, kid = load_private_key(keys / "private.pem")
+    verifier = TokenVerifier(KeySource.open(str(jwks / "jwks.json")), "kvldp-gateway")
+    token = sign_token(key, kid, "till-7", "kvldp-gateway", 60)
+    assert asyncio.run(verifier.device(f"Bearer {token}")) == "till-7"
+
+    blocked, empty = tmp_path / "blocked", tmp_path / "empty"
+    blocked.write_text("not a directory")
+    empty.mkdir()
+    failed = one_shot(blocked, empty)
+    assert failed.returncode != 0 and not list(empty.iterdir())

@@ -8,7 +8,8 @@ Template variables: ``collection`` (multi-value, regex), ``window`` and ``estima
 The PrivKVM panels (round, reports per round, means published per round) show data for
 interactive collections only; the poisoning panels for key-value collections only; the
 panel of devices with implausible reports for collections whose reports are bit vectors; the
-other panels for every collection.
+gateway panels for collections served by ``kvldp gateway``; the other panels for every
+collection.
 """
 
 from __future__ import annotations
@@ -94,6 +95,80 @@ def _variable(name: str, query: str, multi: bool) -> dict[str, Any]:
     if multi:
         variable["allValue"] = ".*"
     return variable
+
+
+def _gateway_panels(y: int) -> list[dict[str, Any]]:
+    """The ingestion gateway's row (``kvldp gateway``, docs/gateway.md): requests, latency,
+    bytes and produce errors per collection."""
+    return [
+        _panel(
+            22,
+            "Gateway requests per second, by collection and status",
+            "timeseries",
+            (0, y, 12, 8),
+            [
+                _target(
+                    f"sum by (collection, status) (rate(kvldp_gateway_requests_total{{{SEL}}}[1m]))",
+                    "{{collection}} {{status}}",
+                    "A",
+                )
+            ],
+            "HTTP requests the gateways answered (kvldp_gateway_requests_total): 202 accepted, 4xx "
+            "refused for good (docs/gateway.md lists the codes), 429 rate-limited devices, 503 Kafka "
+            "not acknowledging. Requests outside a known collection have an empty collection.",
+            "reqps",
+        ),
+        _panel(
+            23,
+            "Gateway latency (p50, p99)",
+            "timeseries",
+            (12, y, 12, 8),
+            [
+                _target(
+                    f"histogram_quantile({q}, sum by (collection, le) "
+                    f"(rate(kvldp_gateway_request_seconds_bucket{{{SEL}}}[5m])))",
+                    f"p{round(q * 100)} {{{{collection}}}}",
+                    ref,
+                )
+                for q, ref in ((0.5, "A"), (0.99, "B"))
+            ],
+            "Seconds from a complete request head to the answer (kvldp_gateway_request_seconds), "
+            "which for a 202 includes Kafka's acknowledgement (acks=all).",
+            "s",
+        ),
+        _panel(
+            24,
+            "Gateway report bytes received per second",
+            "timeseries",
+            (0, y + 8, 12, 7),
+            [
+                _target(
+                    f"sum by (collection) (rate(kvldp_gateway_request_bytes_total{{{SEL}}}[1m]))",
+                    "{{collection}}",
+                    "A",
+                )
+            ],
+            "Report body bytes the gateways received (kvldp_gateway_request_bytes_total).",
+            "Bps",
+        ),
+        _panel(
+            25,
+            "Gateway produce errors per second",
+            "timeseries",
+            (12, y + 8, 12, 7),
+            [
+                _target(
+                    f"sum by (collection) (rate(kvldp_gateway_produce_errors_total{{{SEL}}}[5m]))",
+                    "{{collection}}",
+                    "A",
+                )
+            ],
+            "Report bodies Kafka did not acknowledge within the produce timeout, answered 503 "
+            "(kvldp_gateway_produce_errors_total); the alert KvldpGatewayProduceErrors fires when "
+            "they last.",
+            "reqps",
+        ),
+    ]
 
 
 def build() -> dict[str, Any]:
@@ -442,6 +517,7 @@ def build() -> dict[str, Any]:
             "docs/plausibility.md) and the rate of such reports. A genuine client's report is refused "
             "with probability at most 1e-6, so any sustained count means reports are written by hand.",
         ),
+        *_gateway_panels(93),
     ]
     return {
         "uid": "kvldp",

@@ -24,7 +24,11 @@ COMPOSE: dict[str, Any] = yaml.safe_load(COMPOSE_TEXT)
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 PINNED = re.compile(r"^[\w./-]+:v?\d+(\.\d+)+[\w.-]*$")
 KVLDP_IMAGE = "kvldp:0.1.0"
-KVLDP_SERVICES = {n: s for n, s in SERVICES.items() if s.get("image") == KVLDP_IMAGE}
+# the services that run a kvldp command against Kafka (the image's entrypoint); a one-shot
+# of the image with its own entrypoint (device-keys: kvldp devices keygen) talks to no broker
+KVLDP_SERVICES = {
+    n: s for n, s in SERVICES.items() if s.get("image") == KVLDP_IMAGE and "entrypoint" not in s
+}
 CLIENT_FILE = DEPLOY / "kafka-client.properties"
 CERTS_SCRIPT = DEPLOY / "kafka" / "make-certs.sh"
 START_SCRIPT = DEPLOY / "kafka" / "kafka-start.sh"

@@ -70,7 +70,7 @@ class Gateway:
         self.host, self.port = host, port
         self.security = security or HttpSecurity()
         max_body = max(check.max_bytes for check in self.checks.values())
-        self.metrics = GatewayMetrics()
+        self.metrics = GatewayMetrics(self.checks)
         self.forwarder = Forwarder(kafka, self.settings.produce_timeout, max_body)
         s = self.settings
         self.limiter = RateLimiter(s.device_rate, s.device_burst, s.max_devices)

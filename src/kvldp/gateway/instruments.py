@@ -10,14 +10,17 @@
   in time (answered 503);
 * ``kvldp_gateway_reports_total{collection}`` — reports accepted (answered 202).
 
-No label ever carries a device id, a token or a key. The labelled series of each
-collection and status are looked up once and kept (prometheus_client takes a lock and
-builds a key on every ``labels`` call, a measurable share of a request's cost); their
-number is bounded by the collections served times the statuses answered.
+No label ever carries a device id, a token or a key. Each collection's series start at 0
+when the gateway starts, so a rate of produce errors is 0, not missing, until one occurs.
+The labelled series of each collection and status are looked up once and kept
+(prometheus_client takes a lock and builds a key on every ``labels`` call, a measurable
+share of a request's cost); their number is bounded by the collections served times the
+statuses answered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
@@ -30,7 +33,7 @@ class GatewayMetrics:
 
     content_type = CONTENT_TYPE_LATEST
 
-    def __init__(self) -> None:
+    def __init__(self, collections: Iterable[str] = ()) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "kvldp_gateway_requests_total",
@@ -63,6 +66,9 @@ class GatewayMetrics:
             ["collection"],
             registry=self.registry,
         )
+        for name in collections:
+            for family in (self.seconds, self.bytes, self.produce_errors, self.reports):
+                family.labels(name)
 
         self._series: dict[tuple[Any, ...], Any] = {}
 
