@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import resource
 
 import pytest
 
@@ -50,6 +51,43 @@ def test_memory_reads_a_real_aggregator_process(capsys: pytest.CaptureFixture[st
     rows = json.loads(capsys.readouterr().out)
     assert [r["reports"] for r in rows] == [1_000, 2_000]  # checkpoints in order
     assert all(r["rss_mib"] > 10 for r in rows) and rows[0]["ratio_to_first"] == 1.0
+
+
+def test_gateway_bench_reports_throughput_memory_and_hostile_tables(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bench", "gateway", "--clients", "2", "--requests", "80", "--connections", "40"]
+    assert main([*argv, "--repeats", "2", "--json"]) == 0
+    tables = json.loads(capsys.readouterr().out)
+    assert list(tables) == ["throughput", "memory", "hostile"]
+    bare, gateway = tables["throughput"]
+    assert (bare["case"], gateway["case"]) == ("bare endpoint", "gateway")
+    for row in (bare, gateway):
+        assert len(row["runs"]) == 2 and _rate(row["requests_per_s"])
+        assert 0 < row["p50_ms"] <= row["p99_ms"]
+    assert gateway["ratio"] == pytest.approx(gateway["requests_per_s"] / bare["requests_per_s"])
+    assert gateway["met"] is (gateway["ratio"] >= 0.8)
+    idle, loaded = tables["memory"]
+    assert loaded["connections"] == 40 and idle["rss_mib"] > 10 and loaded["rss_mib"] > 10
+    calm, attacked, attackers = tables["hostile"]
+    assert calm["errors"] == attacked["errors"] == 0  # well-behaved clients are all accepted
+    assert calm["answers"] == attacked["answers"] == "202: 80"
+    for refused in ("bad token 401", "expired token 401", "malformed 400", "oversized 413"):
+        assert refused in attackers["answers"]
+
+
+def test_gateway_bench_refuses_more_connections_than_descriptors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY:
+        pytest.skip("no hard limit on open files here")
+    assert main(["bench", "gateway", "--connections", str(hard)]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith(f"--connections {hard} needs an open-file limit of {hard + 256}; the hard limit is {hard}")
+    )
 
 
 def test_refit_scaling_times_every_estimator_at_both_sizes() -> None:

@@ -1,8 +1,8 @@
 """``kvldp bench``: the benchmarks, one sub-subcommand each (measurements, not tests).
 
 ``fold`` and ``estimate`` time the mechanisms in process (:mod:`kvldp.bench.mechanism_cost`);
-``ingest``, ``produce`` and ``memory`` measure kvldp on Kafka against a baseline run
-alongside; ``rounds`` streams PrivKVM's rounds live; ``peers`` compares with other LDP
+``ingest``, ``produce``, ``memory`` and ``gateway`` measure kvldp on Kafka against a
+baseline run alongside; ``rounds`` streams PrivKVM's rounds live; ``peers`` compares with other LDP
 libraries; ``reliability`` runs the failure scenarios of :mod:`kvldp.reliability`. Each
 prints a table, or its rows as JSON.
 """
@@ -72,6 +72,16 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_kafka)
+    b = bsub.add_parser(
+        "gateway", help="reports/s through kvldp gateway vs a bare aiohttp endpoint; memory; hostile clients"
+    )
+    b.add_argument("--clients", type=positive_int, default=16, help="concurrent keep-alive clients")
+    b.add_argument("--requests", type=positive_int, default=10_000, help="requests per run")
+    b.add_argument("--connections", type=positive_int, default=10_000, help="open connections for memory")
+    b.add_argument("--repeats", type=positive_int, default=5, help="alternating bare/gateway runs")
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_gateway)
     b = bsub.add_parser(
         "rounds", help="PrivKVM rounds streamed live: MSE against the in-process reference, time per round"
     )
@@ -155,6 +165,19 @@ def cmd_bench_kafka(args: argparse.Namespace) -> int:
         rows = resident_memory.bench_memory(args.reports, args.seed)
         columns = resident_memory.MEMORY_COLUMNS
     emit(rows, args.json, format_table(rows, columns))
+    return 0
+
+
+def cmd_bench_gateway(args: argparse.Namespace) -> int:
+    """The gateway against a bare endpoint, its memory under connections, hostile clients."""
+    from kvldp.bench import gateway_load as g
+
+    tables = g.bench_gateway(args.clients, args.requests, args.connections, args.repeats, args.seed)
+    if args.json:
+        print(json.dumps(tables, indent=1, default=str))
+        return 0
+    columns = {"throughput": g.GATEWAY_COLUMNS, "memory": g.MEMORY_COLUMNS, "hostile": g.HOSTILE_COLUMNS}
+    print("\n\n".join(format_table(rows, columns[name]) for name, rows in tables.items()))
     return 0
 
 

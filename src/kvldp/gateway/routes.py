@@ -78,7 +78,7 @@ class Routes:
             return _closing(refused(413, "request body too large"))
         except ConnectionError:  # the client left (or was cut off) before its body was complete
             return _closing(refusal(400, "incomplete", "the connection closed before the body was complete"))
-        self.metrics.bytes.labels(name).inc(len(body))
+        self.metrics.received(name, len(body))
         now_ms = int(time.time() * 1000)
         try:
             reports = await check.reports(body, now_ms)
@@ -89,7 +89,7 @@ class Routes:
         except Unavailable as exc:
             self.metrics.produce_errors.labels(name).inc()
             return refused(503, str(exc), str(UNAVAILABLE_RETRY_S))
-        self.metrics.reports.labels(name).inc(reports)
+        self.metrics.accepted(name, reports)
         return accepted(reports)
 
     async def healthz(self, request: web.Request) -> web.StreamResponse:
@@ -132,7 +132,6 @@ def measured(metrics: GatewayMetrics, collections: Mapping[str, BodyCheck]) -> M
             status = response.status
             return response
         finally:
-            metrics.requests.labels(label, str(status)).inc()
-            metrics.seconds.labels(label).observe(time.perf_counter() - started)
+            metrics.answered(label, status, time.perf_counter() - started)
 
     return middleware
