@@ -15,7 +15,7 @@ token, until ``requests`` have been answered. Four measurements:
   core to itself, the figure the target is judged on), and p50 / p99 latency over every
   request of that side. The wall-clock rate depends on how much of the machine the
   load, the broker and the server get (on a shared machine, whether another process
-  holds a core); the CPU time per request does not;
+  holds a core); the CPU time per request depends on it much less;
 * connections — the gateway's resident memory (``VmRSS`` in ``/proc/<pid>/status``)
   after a warm-up, and again with ``connections`` more keep-alive connections open, each
   having made one request (``GET /healthz``);
