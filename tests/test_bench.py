@@ -66,7 +66,12 @@ def test_gateway_bench_reports_throughput_memory_and_hostile_tables(
         assert len(row["runs"]) == 2 and _rate(row["requests_per_s"])
         assert 0 < row["p50_ms"] <= row["p99_ms"]
     assert gateway["ratio"] == pytest.approx(gateway["requests_per_s"] / bare["requests_per_s"])
-    assert gateway["met"] is (gateway["ratio"] >= 0.8)
+    for row in (bare, gateway):
+        assert len(row["cpu_us_runs"]) == 2 and row["cpu_us_per_request"] > 0
+    assert gateway["capacity_ratio"] == pytest.approx(
+        bare["cpu_us_per_request"] / gateway["cpu_us_per_request"]
+    )
+    assert gateway["met"] is (gateway["capacity_ratio"] >= 0.8)
     idle, loaded = tables["memory"]
     assert loaded["connections"] == 40 and idle["rss_mib"] > 10 and loaded["rss_mib"] > 10
     calm, attacked, attackers = tables["hostile"]

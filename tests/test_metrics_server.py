@@ -306,6 +306,20 @@ async def test_a_reader_that_does_not_read_is_cut_at_the_response_deadline() -> 
         assert len(received) < BIG // 2
 
 
+async def test_a_response_outlasting_the_head_deadline_is_bound_by_its_own_deadline() -> None:
+    """The connection's timer still points at the (earlier) head deadline while the
+    response is written: when it fires, the later response deadline holds, and a client
+    that pauses reading for several head deadlines receives the whole answer."""
+    limits = Limits(head_timeout=0.3, response_timeout=60.0, keepalive_timeout=60.0)
+    async with serving_big(limits) as (_, port), client(port, sock=await not_reading(port)) as stream:
+        reader, writer = stream
+        writer.write(request("/big", "Connection: close"))
+        await asyncio.sleep(limits.head_timeout * 4)  # the client pauses: part of the scenario
+        received = await until_closed(reader, PROMPT + SLACK)
+        assert received.startswith(b"HTTP/1.1 200") and received.endswith(b"x" * 1024)
+        assert len(received) > BIG
+
+
 # ------------------------------------------------------------------ connections
 async def test_a_flood_of_connections_is_refused_beyond_the_bound_and_scrapes_work_after() -> None:
     limits = Limits(max_connections=4, head_timeout=60.0)

@@ -17,7 +17,10 @@ A connection is always in one of three phases, each with its bound from
   response is cut ``response_timeout`` later.
 
 When the deadline of the current phase passes, the transport is aborted (a TCP reset,
-unsent data dropped), whatever the client sends or fails to read. The request side marks
+unsent data dropped), whatever the client sends or fails to read. The timer is moved
+only when a phase's deadline comes before it; a later deadline is recorded, and a timer
+that fires before it is set again for it. A request thus costs one timer instead of one
+per phase. The request side marks
 the phases (:meth:`GuardedConnection.head_complete`,
 :meth:`GuardedConnection.response_sent`; see :mod:`kvldp.web.middleware`).
 """
@@ -58,6 +61,8 @@ class GuardedConnection(asyncio.Protocol):
         self._loop = asyncio.get_running_loop()
         self._deadline = self._loop.time() + limits.head_timeout
         self._timer: asyncio.TimerHandle | None = None
+        #: when the timer fires (no later than ``_deadline``)
+        self._timer_at = 0.0
 
     @property
     def made(self) -> bool:
@@ -109,12 +114,22 @@ class GuardedConnection(asyncio.Protocol):
     def _enter(self, phase: Phase, seconds: float) -> None:
         self.phase = phase
         self._deadline = self._loop.time() + seconds
-        self._arm()
+        if self._timer is None or self._deadline < self._timer_at:
+            self._arm()
 
     def _arm(self) -> None:
         self._cancel()
         if not self.lost:
-            self._timer = self._loop.call_at(self._deadline, self.abort)
+            self._timer_at = self._deadline
+            self._timer = self._loop.call_at(self._deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The timer fired: cut the connection if its deadline has passed, else wait for it."""
+        self._timer = None
+        if self._loop.time() >= self._deadline:
+            self.abort()
+        else:
+            self._arm()
 
     def _cancel(self) -> None:
         if self._timer is not None:

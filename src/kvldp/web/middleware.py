@@ -8,11 +8,10 @@ In the order :class:`~kvldp.web.server.WebServer` stacks them, outermost first:
   reader that does not read counts against ``response_timeout``. It answers aiohttp's
   routing errors (404, 405) as plain responses and a handler's exception as a 500, logged
   on ``kvldp.web``;
-* :func:`allowed_methods` answers 405 to any method the endpoint does not serve;
-* :func:`body_limit` answers 413 to a request declaring a body above ``max_body`` bytes
-  (any body when it is 0), and closes the connection without reading the body;
-* :func:`basic_auth` answers 401 with ``WWW-Authenticate`` unless the request carries the
-  configured credentials.
+* :func:`refusals`, one middleware for the server's own refusals: 405 to any method the
+  endpoint does not serve; 413 to a request declaring a body above ``max_body`` bytes
+  (any body when it is 0), closing the connection without reading the body; 401 with
+  ``WWW-Authenticate`` unless the request carries the configured credentials.
 
 An endpoint whose clients read answers in another format than plain text (the gateway's
 JSON) hands the server a :data:`Refusal`, which writes the 405 and 413 answers;
@@ -74,8 +73,17 @@ async def _answer(request: web.Request, handler: Handler) -> web.StreamResponse:
         return web.Response(status=500, text="internal error\n")
 
 
-def allowed_methods(methods: Iterable[str], refuse: Refusal = text_refusal) -> Middleware:
-    """405 to every method but ``methods``."""
+def refusals(
+    methods: Iterable[str], max_body: int, security: HttpSecurity, refuse: Refusal = text_refusal
+) -> Middleware:
+    """The server's own refusals, in this order (one middleware, so one frame per request):
+
+    * 405 to every method but ``methods``;
+    * 413 (and a closed connection) to a body above ``max_body`` bytes; 0 refuses any
+      body. A chunked body of unknown length is refused at 0 and otherwise bounded as it
+      is read (aiohttp's ``client_max_size``);
+    * 401 with a basic-auth challenge unless the request carries ``security``'s
+      credentials."""
     allowed = frozenset(methods)
     allow = ", ".join(sorted(allowed))
 
@@ -85,34 +93,12 @@ def allowed_methods(methods: Iterable[str], refuse: Refusal = text_refusal) -> M
             response = refuse(405, "method_not_allowed", f"only {allow}")
             response.headers["Allow"] = allow
             return response
-        return await handler(request)
-
-    return middleware
-
-
-def body_limit(max_body: int, refuse: Refusal = text_refusal) -> Middleware:
-    """413 (and a closed connection) to a body above ``max_body`` bytes; 0 refuses any body.
-    A chunked body of unknown length is refused at 0 and otherwise bounded as it is read
-    (aiohttp's ``client_max_size``)."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         length = request.content_length
         if request.body_exists and (max_body == 0 or (length is not None and length > max_body)):
             text = "no request body accepted" if max_body == 0 else f"request body above {max_body} bytes"
             response = refuse(413, "too_large", text)
             response.force_close()
             return response
-        return await handler(request)
-
-    return middleware
-
-
-def basic_auth(security: HttpSecurity) -> Middleware:
-    """401 with a basic-auth challenge unless the request carries ``security``'s credentials."""
-
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not security.authorised(request.headers.get("Authorization")):
             return web.Response(
                 status=401,

@@ -22,7 +22,7 @@ from aiohttp.typedefs import Middleware
 
 from kvldp.web.limits import Limits
 from kvldp.web.listener import Listener
-from kvldp.web.middleware import Refusal, allowed_methods, basic_auth, body_limit, phases, text_refusal
+from kvldp.web.middleware import Refusal, phases, refusals, text_refusal
 from kvldp.web.security import HttpSecurity
 
 
@@ -62,9 +62,7 @@ class WebServer:
             middlewares=[
                 phases(listener),
                 *self.middlewares,
-                allowed_methods(self.methods, self.refusal),
-                body_limit(limits.max_body, self.refusal),
-                basic_auth(self.security),
+                refusals(self.methods, limits.max_body, self.security, self.refusal),
             ],
             client_max_size=max(limits.max_body, 1),  # 0 would mean unbounded
         )
