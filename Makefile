@@ -31,8 +31,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy -p kvldp
 
+# the slowest tests are listed at the end: the suite must stay well under 20 minutes
 unit: $(STAMP)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 # the peer libraries `kvldp bench peers` compares against (optional: not needed by make test)
 bench-deps: $(STAMP)
