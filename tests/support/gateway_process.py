@@ -17,6 +17,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO
 
+from kvldp.reliability.processes import end_child
+
 
 class GatewayProcess:
     """One ``kvldp gateway`` child; its stderr goes to ``<log_dir>/gateway.log``."""
@@ -72,21 +74,8 @@ class GatewayProcess:
 
     def _end(self, sig: int) -> int:
         proc, self.proc = self.proc, None
-        if proc is None:
-            return 0
-        if proc.poll() is None:
-            proc.send_signal(sig)
-        try:
-            code = proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return code
+        log, self._log = self._log, None
+        return end_child(proc, sig, 30.0, log)
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -43,6 +43,33 @@ def total(samples: Samples, name: str) -> float:
     return sum(v for (n, _), v in samples.items() if n == name)
 
 
+def end_child(
+    proc: subprocess.Popen[str] | subprocess.Popen[bytes] | None,
+    sig: int,
+    timeout: float,
+    log: IO[bytes] | None,
+) -> int:
+    """Send ``sig`` to a child (SIGKILL after ``timeout`` seconds if it is still there),
+    close its stdout pipe and the file its stderr went to; returns its exit status (0 when
+    there is no child)."""
+    if proc is None:
+        if log is not None:
+            log.close()
+        return 0
+    if proc.poll() is None:
+        proc.send_signal(sig)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        code = proc.wait()
+    if proc.stdout is not None:
+        proc.stdout.close()
+    if log is not None:
+        log.close()
+    return code
+
+
 class AggregatorProcess:
     """One ``kvldp aggregate`` child process; its log goes to ``<log_dir>/<name>.log``."""
 
@@ -122,22 +149,8 @@ class AggregatorProcess:
         return self._end(signal.SIGTERM, timeout)
 
     def _end(self, sig: int, timeout: float) -> int:
-        proc = self.proc
-        if proc is None:
-            return 0
-        if proc.poll() is None:
-            proc.send_signal(sig)
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        if self._log is not None:
-            self._log.close()
-        self.proc = None
-        return code
+        proc, self.proc = self.proc, None
+        return end_child(proc, sig, timeout, self._log)
 
     def rss_bytes(self) -> int:
         """Resident set size of the process now (Linux)."""
