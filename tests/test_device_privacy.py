@@ -430,7 +430,7 @@ def test_a_fleet_over_periods_counts_what_the_aggregator_would_refuse() -> None:
     note = unsent_note(c, s.outcomes)
     assert note == (
         "; 20 not sent, nothing spent: their device already sent the aggregator's "
-        "max_reports_per_device=2 in this budget_window (86400s), so the aggregator would refuse "
+        "max_reports_per_device=2 in this budget_window (1d), so the aggregator would refuse "
         "them as budget_exceeded"
     )
     assert unsent_note(c, FleetSummary(sent=3)) == ""
@@ -440,8 +440,8 @@ def test_devices_whose_count_lives_in_memory_are_warned_the_aggregator_may_refus
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     for c, rule in (
-        (limited(1), "1 report(s) per device per budget_window (86400s)"),
-        (collection({"report_period": "1h"}), "one report per device per report_period (3600s)"),
+        (limited(1), "1 report(s) per device per budget_window (1d)"),
+        (collection({"report_period": "1h"}), "one report per device per report_period (1h)"),
     ):
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
@@ -451,8 +451,13 @@ def test_devices_whose_count_lives_in_memory_are_warned_the_aggregator_may_refus
             run(s.report_many([{"a": 1.0}] * 3, ["u", "v", "w"]))
         messages = [record.getMessage() for record in caplog.records]
         assert len(messages) == 2, messages
-        assert "no state_path" in messages[0] and "besides phone" in messages[1]
+        assert "no state_path" in messages[0] and "devices this process reports for" in messages[1]
         assert all(rule in m and "refused as budget_exceeded" in m for m in messages)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):  # a simulation on fresh topics
+        quiet = Collector(limited(1), "unused:9092", producer=FakeProducer(), warn_unsaved=False)  # type: ignore[arg-type]
+        run(quiet.report_many([{"a": 1.0}] * 2, [quiet.device_id, "x"]))
+    assert not caplog.records
 
 
 def write_collection(path: Path, privacy: str) -> Path:

@@ -258,16 +258,16 @@ def _produce_once(args: argparse.Namespace) -> int:
 def unsent_note(collection: Collection, outcomes: FleetSummary) -> str:
     """The reports the devices' rules kept back, each kind named with its rule (empty when
     every report went): a device does not send what the aggregator would refuse."""
+    from kvldp.common.privacy import format_duration
+
     aggregate, cap = collection.aggregate, collection.privacy.lifetime_epsilon
+    window = format_duration(aggregate.budget_window_s)
     kinds = (
-        (
-            outcomes.skipped_period,
-            f"their device already reported in this report_period ({aggregate.budget_window_s}s)",
-        ),
+        (outcomes.skipped_period, f"their device already reported in this report_period ({window})"),
         (
             outcomes.skipped_budget,
             f"their device already sent the aggregator's max_reports_per_device="
-            f"{aggregate.max_reports_per_device} in this budget_window ({aggregate.budget_window_s}s), "
+            f"{aggregate.max_reports_per_device} in this budget_window ({window}), "
             "so the aggregator would refuse them as budget_exceeded",
         ),
         (outcomes.exhausted, f"their device would pass lifetime_epsilon={cap}"),

@@ -85,6 +85,12 @@ def parse_duration(text: Any, field: str) -> int:
     raise InvalidPrivacy(f"{field}: {text!r} is not a duration (use e.g. '90s', '30m', '1h' or '1d')")
 
 
+def format_duration(seconds: int) -> str:
+    """Seconds as :func:`parse_duration` reads them, in the largest exact unit (``86400`` -> ``"1d"``)."""
+    unit = next(u for u in ("d", "h", "m", "s") if seconds % _UNITS[u] == 0)
+    return f"{seconds // _UNITS[unit]}{unit}"
+
+
 def parse_privacy(table: Any) -> PrivacyConfig:
     """Validate a ``[privacy]`` table (None: no table); errors name the field."""
     if table is None:

@@ -78,7 +78,7 @@ from kvldp.common.collection_file import load_collection
 from kvldp.common.control_record import Control, interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
-from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.common.privacy import PrivacyBudgetExhausted, format_duration
 from kvldp.common.schema import ReportBatch, batch_len, from_rows
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
@@ -128,7 +128,10 @@ class Collector:
     nothing to enforce and log nothing (this device's reports are still counted for
     :meth:`privacy_spent`). For a PCKV collection, a device holding more pairs than the
     collection's ``ell`` is warned about once (:mod:`kvldp.producer.truncation`). The states of other device ids a gateway or simulator reports
-    for live in memory only, for the life of this collector. ``clock`` gives report times
+    for live in memory only, for the life of this collector; where the aggregator limits
+    reports per device, the first of them logs a warning that reports sent again for them
+    after a restart may be refused. ``warn_unsaved=False`` silences both warnings (a
+    simulation against topics nobody else wrote to). ``clock`` gives report times
     in seconds since the epoch.
 
     Kafka (``bootstrap_servers`` or ``kafka_config``, with ``acks``) or the HTTPS gateway
@@ -168,6 +171,7 @@ class Collector:
         max_connections: int = MAX_CONNECTIONS,
         request_timeout: float = REQUEST_TIMEOUT_S,
         allow_http: bool = False,
+        warn_unsaved: bool = True,
     ) -> None:
         if acks not in ACKS:
             raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
@@ -218,9 +222,9 @@ class Collector:
         #: states of the other device ids this collector reports for (gateways, simulators)
         self.fleet = Fleet(self.collection)
         self._tracked = tracks_privacy(self.collection)
-        self._warn_unsaved = self._tracked and state_path is None
+        self._warn_unsaved = warn_unsaved and self._tracked and state_path is None
         #: warn once that other devices' states live in memory (when the aggregator limits devices)
-        self._warn_fleet = self.collection.aggregate.max_reports_per_device > 0
+        self._warn_fleet = warn_unsaved and self.collection.aggregate.max_reports_per_device > 0
         #: warns once per device whose pairs PCKV's ell truncates
         self.truncation = TruncationWarner(self.collection, logger)
         self.acks = acks
@@ -303,10 +307,9 @@ class Collector:
             if self._warn_fleet:
                 self._warn_fleet = False
                 logger.warning(
-                    "collection %s: the devices this collector reports for besides %s keep their "
-                    "states in memory, for this collector's life only; %s",
+                    "collection %s: the devices this process reports for keep their report counts in "
+                    "memory, for this collector's life only; %s",
                     self.collection.name,
-                    self.device_id,
                     self._refusal_after_restart(),
                 )
             return self.fleet.state(key)
@@ -326,14 +329,14 @@ class Collector:
         """What the aggregator does with reports sent again after a restart forgot them."""
         aggregate, period = self.collection.aggregate, self.collection.privacy.report_period_s
         rule = (
-            f"one report per device per report_period ({period}s)"
+            f"one report per device per report_period ({format_duration(period)})"
             if period is not None
             else f"{aggregate.max_reports_per_device} report(s) per device per budget_window "
-            f"({aggregate.budget_window_s}s)"
+            f"({format_duration(aggregate.budget_window_s)})"
         )
         return (
-            f"the aggregator takes {rule}, so reports sent for the same devices by another process, "
-            "or after a restart, within that time are refused as budget_exceeded and never folded"
+            f"the aggregator takes {rule}, so what is sent again for the same devices within that "
+            "time, by another process or after a restart, is refused as budget_exceeded and never folded"
         )
 
     def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
