@@ -397,6 +397,12 @@ def test_a_device_does_not_pay_for_reports_the_aggregators_budget_would_refuse(t
         assert restarted.privacy_spent() == spent and fake.sent == []
         clock.now = NOW + DAY
         assert run(restarted.report({"b": 2.0})) is ReportStatus.SENT and len(fake.sent) == 1
+    # a state file of version 2 (before the budget count) is still read, with no count
+    body = msgpack.unpackb(path.read_bytes(), raw=False)
+    del body["budget_window"], body["budget_used"]
+    path.write_bytes(msgpack.packb({**body, "version": 2}, use_bin_type=True))
+    old = DeviceState.load(path, c)
+    assert (old.budget_window, old.budget_used, old.charged) == (None, 0, body["charged"])
 
 
 def test_every_report_a_fleet_sends_passes_the_aggregators_ledger() -> None:

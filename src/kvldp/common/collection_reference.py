@@ -75,8 +75,14 @@ devices that still have the old file are refused until they get the new one, so 
 devices and aggregator together, or start a collection under a new `name`. Estimates of
 the two configurations are not combined. A device's state file of the old digest holds
 the ε it spent: keep it, since spends of both configurations add up (sequential
-composition). Fields not in the digest (`name` aside, which reports carry on their own
-as `col`) are the aggregator's alone: devices need not change.
+composition).
+
+Fields not in the digest can differ between devices and aggregator without a report
+being refused. `name` is checked on its own (reports carry it as `col`). The `[aggregate]`
+fields are the aggregator's, except three that devices read too: `max_message_bytes`
+(the size of their batches) and `max_reports_per_device` per `budget_window` (the count
+they mirror); give devices a change of these as well, or they keep cutting batches and
+counting reports by the old values.
 """
 
 
@@ -161,7 +167,8 @@ def render() -> str:
     lines += [
         "## `[aggregate]`: how the aggregator serves the collection",
         "",
-        "None of these is in the digest: they are the aggregator's alone.",
+        "None of these is in the digest. Devices read `max_message_bytes`,",
+        "`max_reports_per_device` and `budget_window` too; the others are the aggregator's alone.",
         "",
         *_field_table(AGGREGATE, "aggregate."),
         "",
