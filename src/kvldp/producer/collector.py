@@ -400,8 +400,9 @@ class Collector:
         free), SKIPPED_PERIOD (nothing sent: this device already reported in this
         ``report_period``) or SKIPPED_BUDGET (nothing sent, nothing spent: this device
         already sent ``aggregate.max_reports_per_device`` reports in this
-        ``budget_window``, and the aggregator would refuse one more); for an interactive collection SKIPPED_ROUND (already reported
-        in the open round) or ROUNDS_DONE (the last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
+        ``budget_window``, and the aggregator would refuse one more); for an interactive
+        collection SKIPPED_ROUND (already reported in the open round) or ROUNDS_DONE (the
+        last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
         untouched) if the report would take the device past ``lifetime_epsilon``.
         The status says what was spent and handed to the transport; whether the report was
         delivered (or refused by the gateway) is known at :meth:`flush`.
