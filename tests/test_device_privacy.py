@@ -513,11 +513,11 @@ def test_audit_names_the_rule_and_horizon_of_every_epsilon_figure(
     assert figures["per_report"]["horizon"] == "one report" and "pckv_grr" in figures["per_report"]["rule"]
     window = figures["per_window"]
     assert window["epsilon"] == 2.0 and "max_reports_per_device = 1" in window["rule"]
-    assert "aggregator's ledger" in window["kept_by"] and "86400 s" in window["horizon"]
+    assert "aggregator's ledger" in window["kept_by"] and window["horizon"] == "one budget_window (1d)"
     lifetime = figures["lifetime"]
     assert lifetime["epsilon"] == pytest.approx(2000.0) and lifetime["kept_by"] == "the device's ledger"
     assert "no [privacy] lifetime_epsilon cap" in lifetime["rule"]
-    assert "at least 1000 budget_windows of 86400 s (1000 days)" in lifetime["horizon"]
+    assert "at least 1000 budget_windows of 1d (1000 days)" in lifetime["horizon"]
     period = audit_json(capsys, write_collection(tmp_path / "p.toml", 'memoize = true\nreport_period = "1h"'))
     assert list(period["epsilon"]) == ["per_report", "per_period", "lifetime"]
     assert "the device (SKIPPED_PERIOD) and the aggregator" in period["epsilon"]["per_period"]["kept_by"]

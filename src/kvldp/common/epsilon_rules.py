@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kvldp.common.collection import Collection
-from kvldp.common.privacy import LifetimeAudit
+from kvldp.common.privacy import LifetimeAudit, format_duration
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,14 @@ def _window_figure(collection: Collection) -> EpsilonFigure | None:
             collection.epsilon,
             f"[privacy] report_period: one report per device per period{at_most}",
             "the device (SKIPPED_PERIOD) and the aggregator's ledger (budget_exceeded)",
-            f"one report_period of {privacy.report_period_s} s",
+            f"one report_period ({format_duration(privacy.report_period_s)})",
         )
     return EpsilonFigure(
         "per_window",
         collection.epsilon * limit,
         f"[aggregate] max_reports_per_device = {limit} per budget_window{at_most}",
         "the aggregator's ledger (budget_exceeded); the SDK mirrors it in the device's state (SKIPPED_BUDGET)",
-        f"one budget_window of {aggregate.budget_window_s} s",
+        f"one budget_window ({format_duration(aggregate.budget_window_s)})",
     )
 
 
@@ -95,8 +95,8 @@ def epsilon_figures(collection: Collection, life: LifetimeAudit) -> list[Epsilon
         windows = math.ceil(life.reports / limit)
         unit = "budget_window" if collection.privacy.report_period_s is None else "report_period"
         horizon += (
-            f", which the aggregator takes over at least {windows} {unit}s of {seconds} s "
-            f"({windows * seconds / 86400:g} days)"
+            f", which the aggregator takes over at least {windows} {unit}s of {format_duration(seconds)} "
+            f"({windows * seconds / 86400:.4g} days)"
         )
     figures.append(
         EpsilonFigure("lifetime", life.lifetime_epsilon, f"{spending}; {cap}", "the device's ledger", horizon)
