@@ -22,8 +22,10 @@ import msgpack
 import numpy as np
 import pytest
 
+from kvldp.aggregator.ledger import ADMITTED, Ledger, device_hashes
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.cli import main
+from kvldp.cli.produce import unsent_note
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.errors import KvldpError
@@ -31,13 +33,14 @@ from kvldp.common.memo import alphas, round_values, state_of
 from kvldp.common.wire import WireFormat
 from kvldp.producer import Collector, PrivacyBudgetExhausted, ReportStatus
 from kvldp.producer.batching import BatchingRefused
-from kvldp.producer.device_state import DeviceState, InvalidDeviceState
+from kvldp.producer.device_state import DeviceState, FleetSummary, InvalidDeviceState
 from kvldp.sim.fleet import FleetSimulation, PeriodReport
 
 from support import record_and_fold, run_kvldp
 
 T = TypeVar("T")
 HOUR = 3600.0
+DAY = 24 * HOUR
 NOW = 1_800_000_000.0  # a period boundary of "1h": 500,000 hours since the epoch
 
 
@@ -72,7 +75,12 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def collection(privacy: dict[str, Any] | None, mechanism: str = "pckv_grr", name: str = "dev") -> Collection:
+def collection(
+    privacy: dict[str, Any] | None,
+    mechanism: str = "pckv_grr",
+    name: str = "dev",
+    aggregate: dict[str, Any] | None = None,
+) -> Collection:
     table: dict[str, Any] = {
         "name": name,
         "mechanism": mechanism,
@@ -82,7 +90,14 @@ def collection(privacy: dict[str, Any] | None, mechanism: str = "pckv_grr", name
     }
     if privacy is not None:
         table["privacy"] = privacy
+    if aggregate is not None:
+        table["aggregate"] = aggregate
     return parse_collection(table)
+
+
+def limited(limit: int, privacy: dict[str, Any] | None = None) -> Collection:
+    """A collection whose aggregator takes ``limit`` reports per device and day."""
+    return collection(privacy, aggregate={"max_reports_per_device": limit, "budget_window": "1d"})
 
 
 def sdk(
@@ -366,6 +381,91 @@ def test_alpha_rounding_is_unbiased() -> None:
     assert (np.abs(signs.mean(axis=0) - values) < bound).all()
 
 
+def test_a_device_does_not_pay_for_reports_the_aggregators_budget_would_refuse(tmp_path: Path) -> None:
+    for privacy in (None, {"memoize": True}):
+        c = limited(2, privacy)
+        clock = Clock()
+        path = tmp_path / f"{bool(privacy)}.state"
+        s = sdk(c, FakeProducer(), clock, state_path=path)
+        assert run(s.report({"a": 1.0})) is ReportStatus.SENT
+        # a memoized re-send costs nothing, but the aggregator counts it all the same
+        assert run(s.report({"a": 1.0})) is (ReportStatus.RESENT if privacy else ReportStatus.SENT)
+        spent = s.privacy_spent()
+        fake = FakeProducer()
+        restarted = sdk(c, fake, clock, state_path=path)  # the count is in the state file
+        assert run(restarted.report({"b": 2.0})) is ReportStatus.SKIPPED_BUDGET
+        assert restarted.privacy_spent() == spent and fake.sent == []
+        clock.now = NOW + DAY
+        assert run(restarted.report({"b": 2.0})) is ReportStatus.SENT and len(fake.sent) == 1
+    # a state file of version 2 (before the budget count) is still read, with no count
+    body = msgpack.unpackb(path.read_bytes(), raw=False)
+    del body["budget_window"], body["budget_used"]
+    path.write_bytes(msgpack.packb({**body, "version": 2}, use_bin_type=True))
+    old = DeviceState.load(path, c)
+    assert (old.budget_window, old.budget_used, old.charged) == (None, 0, body["charged"])
+
+
+def test_every_report_a_fleet_sends_passes_the_aggregators_ledger() -> None:
+    c = limited(2)
+    fake = FakeProducer()
+    clock = Clock()
+    s = sdk(c, fake, clock)
+    ids = [f"d{i % 3}" for i in range(12)]  # three devices, four reports each per day
+    summary = run(s.report_many([{"a": 1.0}] * 12, ids))
+    assert (summary.sent, summary.skipped_budget) == (6, 6)
+    clock.now = NOW + DAY
+    summary = run(s.report_many([{"b": 1.0}] * 3, ids[:3]))
+    assert (summary.sent, summary.skipped_budget) == (3, 0)
+    assert (s.outcomes.sent, s.outcomes.skipped_budget) == (9, 6)
+    windows = np.array([ts for _, _, ts in fake.sent], dtype=np.int64) // int(DAY * 1000)
+    hashes = device_hashes(b"ledger key", [key for key, _, _ in fake.sent])
+    outcome = Ledger().charge(windows, hashes, np.ones(len(fake.sent), dtype=np.int64), 2)
+    assert len(fake.sent) == 9 and (outcome == ADMITTED).all()
+    assert s.privacy_spent("d0") == pytest.approx(3 * c.epsilon)
+    with pytest.raises(BatchingRefused, match="budget_window"):
+        run(s.report_many([{"a": 1.0}] * 4, ids[:4], batch_size=2))
+
+
+def test_a_fleet_over_periods_counts_what_the_aggregator_would_refuse() -> None:
+    c = limited(2)
+    sim = FleetSimulation(c, "gaussian", 20, periods=3, churn=0.0, now=NOW)  # three hours of one day
+    s = Collector(c, "unused:9092", producer=FakeProducer(), clock=sim.clock)  # type: ignore[arg-type]
+    reports = run(sim.run(s))
+    assert [(r.summary.sent, r.summary.skipped_budget) for r in reports] == [(20, 0), (20, 0), (0, 20)]
+    assert "skipped (budget window) 20" in str(reports[2])
+    note = unsent_note(c, s.outcomes)
+    assert note == (
+        "; 20 not sent, nothing spent: their device already sent the aggregator's "
+        "max_reports_per_device=2 in this budget_window (1d), so the aggregator would refuse "
+        "them as budget_exceeded"
+    )
+    assert unsent_note(c, FleetSummary(sent=3)) == ""
+
+
+def test_devices_whose_count_lives_in_memory_are_warned_the_aggregator_may_refuse(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    for c, rule in (
+        (limited(1), "1 report(s) per device per budget_window (1d)"),
+        (collection({"report_period": "1h"}), "one report per device per report_period (1h)"),
+    ):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
+            s = sdk(c, FakeProducer())
+            run(s.report({"a": 1.0}))
+            run(s.report_many([{"a": 1.0}] * 3, ["x", "y", "z"]))
+            run(s.report_many([{"a": 1.0}] * 3, ["u", "v", "w"]))
+        messages = [record.getMessage() for record in caplog.records]
+        assert len(messages) == 2, messages
+        assert "no state_path" in messages[0] and "devices this process reports for" in messages[1]
+        assert all(rule in m and "refused as budget_exceeded" in m for m in messages)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):  # a simulation on fresh topics
+        quiet = Collector(limited(1), "unused:9092", producer=FakeProducer(), warn_unsaved=False)  # type: ignore[arg-type]
+        run(quiet.report_many([{"a": 1.0}] * 2, [quiet.device_id, "x"]))
+    assert not caplog.records
+
+
 def write_collection(path: Path, privacy: str) -> Path:
     path.write_text(
         'name = "life"\nmechanism = "pckv_grr"\nepsilon = 0.5\nkeys = ["a", "b"]\n'
@@ -395,6 +495,38 @@ def test_audit_collection_lifetime(tmp_path: Path, capsys: pytest.CaptureFixture
     assert capped["charged"] == 40 and capped["refused"] == 960
     assert main(["audit", "--collection", str(tmp_path / "c.toml"), "--reports", "5"]) == 0
     assert "spend at most 2.5" in capsys.readouterr().out
+
+
+def test_audit_names_the_rule_and_horizon_of_every_epsilon_figure(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "daily.toml"
+    path.write_text(
+        'name = "daily"\nmechanism = "pckv_grr"\nepsilon = 2.0\nkeys = ["a", "b"]\n'
+        'value_range = [0.0, 1.0]\n[aggregate]\nmax_reports_per_device = 1\nbudget_window = "1d"\n'
+    )
+    daily = audit_json(capsys, path)
+    assert daily["lifetime_epsilon"] == pytest.approx(2000.0)
+    figures = daily["epsilon"]
+    assert list(figures) == ["per_report", "per_window", "lifetime"]
+    assert all({"epsilon", "rule", "kept_by", "horizon"} <= set(f) for f in figures.values())
+    assert figures["per_report"]["horizon"] == "one report" and "pckv_grr" in figures["per_report"]["rule"]
+    window = figures["per_window"]
+    assert window["epsilon"] == 2.0 and "max_reports_per_device = 1" in window["rule"]
+    assert "aggregator's ledger" in window["kept_by"] and window["horizon"] == "one budget_window (1d)"
+    lifetime = figures["lifetime"]
+    assert lifetime["epsilon"] == pytest.approx(2000.0) and lifetime["kept_by"] == "the device's ledger"
+    assert "no [privacy] lifetime_epsilon cap" in lifetime["rule"]
+    assert "at least 1000 budget_windows of 1d (1000 days)" in lifetime["horizon"]
+    period = audit_json(capsys, write_collection(tmp_path / "p.toml", 'memoize = true\nreport_period = "1h"'))
+    assert list(period["epsilon"]) == ["per_report", "per_period", "lifetime"]
+    assert "the device (SKIPPED_PERIOD) and the aggregator" in period["epsilon"]["per_period"]["kept_by"]
+    assert main(["audit", "--collection", str(path), "--reports", "1000"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines[1:]] == ["  per_report", "  per_window", "  lifetime"]
+    assert (
+        "Rule: [aggregate] max_reports_per_device = 1 per budget_window. Kept by the aggregator" in lines[2]
+    )
 
 
 @pytest.mark.parametrize(

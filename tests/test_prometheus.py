@@ -127,11 +127,14 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
     prom: subprocess.Popen[bytes] | None = None
     try:
         await wait_for(lambda: all(a.bound_port for a in aggs), 30, "aggregators listening")
-        for collection, dataset in ((plain, "gaussian"), (secured, "conditional")):
-            users = simulate.simulate(collection, dataset, 20_000, seed=5)
+        # a collection with max_reports_per_device takes one report per message
+        sends = ((plain, "gaussian", 5_000, 1), (secured, "conditional", 20_000, 100))
+        for collection, dataset, n, batch_size in sends:
+            users = simulate.simulate(collection, dataset, n, seed=5)
             async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
-                await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=100)
-        await wait_for(lambda: all(a.state.reports_total == 20_000 for a in aggs), 60, "every report folded")
+                await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=batch_size)
+        counts = [n for _, _, n, _ in sends]
+        await wait_for(lambda: [a.state.reports_total for a in aggs] == counts, 60, "every report folded")
 
         # TLS and basic auth on the secured aggregator's /metrics
         context = ssl.create_default_context(cafile=str(ca_pem))

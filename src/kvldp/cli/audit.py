@@ -3,7 +3,8 @@ device's lifetime.
 
 With ``--mechanism`` it bounds one report (:func:`kvldp.common.privacy_audit.audit`); with
 ``--collection`` it adds the lifetime worst case of the collection's memoization and
-budget cap (:mod:`kvldp.common.privacy`). Exit status 1 reports a violation.
+budget cap (:mod:`kvldp.common.privacy`), and names the rule, keeper and horizon of every
+epsilon figure (:mod:`kvldp.common.epsilon_rules`). Exit status 1 reports a violation.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def _audit_collection(args: argparse.Namespace) -> int:
     """A collection's lifetime worst case over ``--reports`` reports with ``--changes``
     state changes (kvldp.common.privacy), plus the exact per-report audit of its mechanism."""
     from kvldp.common.collection_file import load_collection
+    from kvldp.common.epsilon_rules import epsilon_figures
     from kvldp.common.privacy import lifetime_audit
 
     given = [f"--{flag}" for flag in ("epsilon", "keys", "param") if getattr(args, flag) is not None]
@@ -79,6 +81,7 @@ def _audit_collection(args: argparse.Namespace) -> int:
     changes = 0 if args.changes is None else args.changes
     life = lifetime_audit(collection.epsilon, collection.privacy, args.reports, changes)
     result = audit(collection.mechanism, exhaustive=True if args.exhaustive else None)
+    figures = epsilon_figures(collection, life)
     payload = {
         "collection": collection.name,
         "mechanism": collection.mechanism_name,
@@ -93,6 +96,7 @@ def _audit_collection(args: argparse.Namespace) -> int:
         "lifetime_epsilon": life.lifetime_epsilon,
         "max_log_ratio": result.max_log_ratio if math.isfinite(result.max_log_ratio) else "inf",
         "ok": result.ok,
+        "epsilon": {figure.name: figure.to_dict() for figure in figures},
     }
     cap = "no cap" if life.cap is None else f"cap {life.cap:g}"
     text = (
@@ -101,5 +105,6 @@ def _audit_collection(args: argparse.Namespace) -> int:
         f"state changes spend at most {life.lifetime_epsilon:g} ({life.charged} charged, {life.refused} "
         f"refused); per-report audit {'ok' if result.ok else 'VIOLATION'}"
     )
+    text += "".join(f"\n  {figure}" for figure in figures)
     emit(payload, args.json, text)
     return 0 if result.ok else 1

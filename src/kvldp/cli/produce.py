@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from kvldp.kafka.client_config import KafkaConfig
     from kvldp.producer.bearer_token import TokenFile
     from kvldp.producer.collector import Collector
+    from kvldp.producer.device_state import FleetSummary
 
 
 def register(sub: Subparsers) -> None:
@@ -218,7 +219,7 @@ def _produce_once(args: argparse.Namespace) -> int:
             assert to.kafka is not None
             return _produce_rounds(collection, to.kafka, users, rng)
 
-        async def publish(stop: asyncio.Event) -> int:
+        async def publish(stop: asyncio.Event) -> tuple[int, FleetSummary]:
             async with to.collector(collection, rng=rng) as sdk:
                 with Progress(users.n_users, f"produce {collection.name}") as bar:
                     await until_stopped(
@@ -231,9 +232,9 @@ def _produce_once(args: argparse.Namespace) -> int:
                             on_progress=bar.advance,
                         ),
                     )
-                return sdk.sent_reports
+                return sdk.sent_reports, sdk.outcomes
 
-        sent = run_async(publish, to.where)
+        sent, outcomes = run_async(publish, to.where)
     else:
         if args.truth:
             raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
@@ -241,14 +242,37 @@ def _produce_once(args: argparse.Namespace) -> int:
         if not source.is_file():
             raise KvldpError(f"CSV file {str(source)!r} does not exist")
 
-        async def publish_csv(stop: asyncio.Event) -> int:
+        async def publish_csv(stop: asyncio.Event) -> tuple[int, FleetSummary]:
             async with to.collector(collection, rng=rng) as sdk:
                 await until_stopped(stop, _publish_csv(sdk, source, args.batch_size))
-                return sdk.sent_reports
+                return sdk.sent_reports, sdk.outcomes
 
-        sent = run_async(publish_csv, to.where)
-    print(f"published {sent} reports to {to.destination(collection)}", file=sys.stderr)
+        sent, outcomes = run_async(publish_csv, to.where)
+    print(
+        f"published {sent} reports to {to.destination(collection)}{unsent_note(collection, outcomes)}",
+        file=sys.stderr,
+    )
     return 0
+
+
+def unsent_note(collection: Collection, outcomes: FleetSummary) -> str:
+    """The reports the devices' rules kept back, each kind named with its rule (empty when
+    every report went): a device does not send what the aggregator would refuse."""
+    from kvldp.common.privacy import format_duration
+
+    aggregate, cap = collection.aggregate, collection.privacy.lifetime_epsilon
+    window = format_duration(aggregate.budget_window_s)
+    kinds = (
+        (outcomes.skipped_period, f"their device already reported in this report_period ({window})"),
+        (
+            outcomes.skipped_budget,
+            f"their device already sent the aggregator's max_reports_per_device="
+            f"{aggregate.max_reports_per_device} in this budget_window ({window}), "
+            "so the aggregator would refuse them as budget_exceeded",
+        ),
+        (outcomes.exhausted, f"their device would pass lifetime_epsilon={cap}"),
+    )
+    return "".join(f"; {count} not sent, nothing spent: {why}" for count, why in kinds if count)
 
 
 def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Sink, users: KVData) -> int:
@@ -479,7 +503,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     )
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
 
-    async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray]:
+    async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray, FleetSummary]:
         async with to.collector(collection, rng=rng, clock=sim.clock) as sdk:
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
 
@@ -488,14 +512,14 @@ def _produce_periods(args: argparse.Namespace) -> int:
 
                 work = sim.run(sdk, args.batch_size, rate=args.rate, on_progress=bar.advance, on_period=said)
                 await until_stopped(stop, work)
-            return sdk.sent_reports, sim.spent(sdk)
+            return sdk.sent_reports, sim.spent(sdk), sdk.outcomes
 
-    sent, spent = run_async(publish, to.where)
+    sent, spent, outcomes = run_async(publish, to.where)
     if args.truth:
         Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
     print(
         f"published {sent} reports to {to.destination(collection)}; epsilon spent per device: "
-        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}",
+        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}{unsent_note(collection, outcomes)}",
         file=sys.stderr,
     )
     return 0

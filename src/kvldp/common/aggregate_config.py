@@ -16,29 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvldp.common.collection_fields import InvalidCollection, integer, number, string_list
+from kvldp.common.collection_spec import AGGREGATE, names, spec_of
 from kvldp.common.mechanisms.base import Mechanism
 
 WINDOW_PATTERN = re.compile(r"^(\d+)(s|m|h|d)$")
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 1024
-#: Kafka's default message limit: a cap above it could never be delivered
-KAFKA_MESSAGE_LIMIT = 1_000_000
 
-_AGGREGATE = {
-    "refit_interval_s",
-    "estimators",
-    "windows",
-    "conditions",
-    "partitions",
-    "replication_factor",
-    "min_insync_replicas",
-    "max_message_bytes",
-    "max_report_age_s",
-    "max_clock_skew_s",
-    "dedup_horizon",
-    "max_reports_per_device",
-    "budget_window",
-}
+_AGGREGATE = names(AGGREGATE)
 
 
 @dataclass(frozen=True)
@@ -113,18 +98,10 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     if not any(w.seconds is None for w in windows):
         windows = (*windows, Window("all", None))
     conditions = string_list(table.get("conditions", []), "aggregate.conditions")
-    partitions = integer(table.get("partitions", defaults.partitions), "aggregate.partitions", 1, 1024)
+    partitions = _integer(table, "partitions")
     replication = _replication(table)
-    cap = integer(
-        table.get("max_message_bytes", defaults.max_message_bytes),
-        "aggregate.max_message_bytes",
-        1024,
-        KAFKA_MESSAGE_LIMIT,
-    )
-    limits: dict[str, int] = {}
-    # the de-duplication table costs about 40 bytes per unit of horizon and partition
-    for key, high in (("dedup_horizon", 10_000_000), ("max_reports_per_device", 100_000_000)):
-        limits[key] = integer(table.get(key, getattr(defaults, key)), f"aggregate.{key}", 0, high)
+    cap = _integer(table, "max_message_bytes")
+    limits = {key: _integer(table, key) for key in ("dedup_horizon", "max_reports_per_device")}
     window = parse_window(table.get("budget_window", "1d"), "aggregate.budget_window")
     if window.seconds is None:
         raise InvalidCollection("aggregate.budget_window: give a duration such as '1d' or '12h'")
@@ -152,12 +129,16 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     )
 
 
+def _integer(table: Mapping[str, Any], key: str) -> int:
+    """The integer field ``key`` within its declared bounds (:mod:`kvldp.common.collection_spec`)."""
+    low, high = spec_of(AGGREGATE, key).integer_bounds()
+    return integer(table.get(key, getattr(AggregateConfig(), key)), f"aggregate.{key}", low, high)
+
+
 def _replication(table: Mapping[str, Any]) -> tuple[int, int]:
     """``(replication_factor, min_insync_replicas)``: copies of each topic kvldp creates,
     and how many must hold a write before an ``acks=all`` send succeeds."""
-    values = []
-    for key in ("replication_factor", "min_insync_replicas"):
-        values.append(integer(table.get(key, 1), f"aggregate.{key}", 1, 32))
+    values = [_integer(table, key) for key in ("replication_factor", "min_insync_replicas")]
     if values[1] > values[0]:
         raise InvalidCollection(
             f"aggregate.min_insync_replicas: {values[1]} is more than replication_factor={values[0]}: "

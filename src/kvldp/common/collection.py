@@ -6,38 +6,8 @@ changes how a report is produced or read enters the collection *digest*, which e
 report carries (``cfg``, ``docs/wire-format.md``); a report whose digest differs is rejected, never
 silently folded (the RAPPOR lesson).
 
-```toml
-name = "checkout"            # topics kvldp.checkout.reports / kvldp.checkout.dlq
-mechanism = "pckv_ue"
-epsilon = 2.0
-keys = ["hamburger", "fries", "pepsi"]   # or key_count = 100 for k0..k99
-value_range = [0.0, 10.0]    # raw values are normalised into [-1, 1] on the device
-clip_values = false          # true: clip raw values into value_range on the device
-
-[params]                     # mechanism parameters
-ell = 2
-
-[aggregate]
-refit_interval_s = 5
-estimators = ["unbiased", "em"]
-windows = ["5m", "1h", "all"]
-conditions = []              # joint-state mechanisms: "k | j=1, l=0" strings, or "all_pairs"
-partitions = 4
-replication_factor = 1       # copies of every topic kvldp creates (3 on a production cluster)
-min_insync_replicas = 1      # replicas that must hold a write before acks=all succeeds (2 with 3 copies)
-max_message_bytes = 65536
-max_report_age_s = 604800    # device timestamps older than this (vs the record's) are "stale"
-max_clock_skew_s = 300       # ... and further ahead than this are "future"
-dedup_horizon = 100000       # report ids remembered per partition for de-duplication (0: off; ~72 B each)
-max_reports_per_device = 0   # privacy budget: reports per device per budget_window (0: off)
-budget_window = "1d"
-
-[privacy]                    # a device's privacy over many reports (see kvldp.common.privacy)
-memoize = true               # an unchanged state re-sends the same report and spends nothing
-lifetime_epsilon = 20.0      # the most a device ever spends on this collection
-report_period = "1h"         # at most one report per device and period (both sides enforce it)
-```
-
+Every field, its type, default, range and digest flag is declared once in
+:mod:`kvldp.common.collection_spec`, and rendered into ``docs/collection.md``.
 ``privacy.report_period`` becomes the aggregator's ledger rule (one report per device
 per period) and cannot be combined with ``aggregate.max_reports_per_device``.
 

@@ -29,6 +29,7 @@ from kvldp.common.collection_fields import (
     require,
     string_list,
 )
+from kvldp.common.collection_spec import TABLES, TOP_LEVEL, names
 from kvldp.common.mechanisms import create, get
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.params import InvalidParameter
@@ -37,18 +38,7 @@ from kvldp.common.privacy import InvalidPrivacy, PrivacyConfig, parse_privacy
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}$")
 KEY_PATTERN = re.compile(r"^[^\s|,=]{1,128}$")
 
-_TOP_LEVEL = {
-    "name",
-    "mechanism",
-    "epsilon",
-    "keys",
-    "key_count",
-    "value_range",
-    "clip_values",
-    "params",
-    "aggregate",
-    "privacy",
-}
+_TOP_LEVEL = names(TOP_LEVEL) | set(TABLES)
 
 #: envelope bytes of a single-report message besides the collection name (see kvldp.common.wire)
 ENVELOPE_BYTES = 48
@@ -221,6 +211,8 @@ def collection_table(collection: Collection) -> dict[str, Any]:
             "windows": [w.name for w in agg.windows],
             "conditions": list(agg.conditions),
             "partitions": agg.partitions,
+            "replication_factor": agg.replication_factor,
+            "min_insync_replicas": agg.min_insync_replicas,
             "max_message_bytes": agg.max_message_bytes,
             "max_report_age_s": agg.max_report_age_s,
             "max_clock_skew_s": agg.max_clock_skew_s,

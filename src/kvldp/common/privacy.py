@@ -37,11 +37,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kvldp.common.collection_spec import PRIVACY
 from kvldp.common.errors import KvldpError
 from kvldp.common.typed_fields import boolean, expected, number
 
-#: fields of the ``[privacy]`` table
-FIELDS = ("memoize", "lifetime_epsilon", "report_period")
+#: fields of the ``[privacy]`` table (declared in :mod:`kvldp.common.collection_spec`)
+FIELDS = tuple(spec.name for spec in PRIVACY)
 #: relative slack when comparing a spend with the cap (spends are count x epsilon)
 CAP_SLACK = 1e-12
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -82,6 +83,12 @@ def parse_duration(text: Any, field: str) -> int:
         if seconds > 0:
             return seconds
     raise InvalidPrivacy(f"{field}: {text!r} is not a duration (use e.g. '90s', '30m', '1h' or '1d')")
+
+
+def format_duration(seconds: int) -> str:
+    """Seconds as :func:`parse_duration` reads them, in the largest exact unit (``86400`` -> ``"1d"``)."""
+    unit = next(u for u in ("d", "h", "m", "s") if seconds % _UNITS[u] == 0)
+    return f"{seconds // _UNITS[unit]}{unit}"
 
 
 def parse_privacy(table: Any) -> PrivacyConfig:

@@ -114,7 +114,11 @@ def run_periods_demo(collection: Collection, args: argparse.Namespace, external:
                 f"(churn {args.churn:g}) at {args.rate:g} reports/s (Ctrl-C stops)\n"
             )
             async with Collector(
-                collection, kafka_config=kafka, rng=np.random.default_rng(args.seed), clock=fleet.clock
+                collection,
+                kafka_config=kafka,
+                rng=np.random.default_rng(args.seed),
+                clock=fleet.clock,
+                warn_unsaved=external is not None,  # the embedded broker's topics are new: nothing to refuse
             ) as sdk:
                 truth.period(fleet)
                 publish = asyncio.create_task(

@@ -1,9 +1,10 @@
 """One report per message: which collections refuse to pack reports.
 
 A gateway or simulator may pack up to ``batch_size`` reports per Kafka message, but a
-collection that memoizes reports, limits reports per ``report_period`` or reports in
-rounds needs each report in a message of its own, keyed by its device: the aggregator
-tells devices apart by the Kafka key. :class:`~kvldp.producer.collector.Collector`
+collection that memoizes reports, limits reports per ``report_period`` or per
+``budget_window`` (``aggregate.max_reports_per_device``) or reports in rounds needs each
+report in a message of its own, keyed by its device: the aggregator tells devices apart by
+the Kafka key, and charges a whole message to it. :class:`~kvldp.producer.collector.Collector`
 checks this before publishing; the command line checks it before starting.
 """
 
@@ -20,11 +21,11 @@ class BatchingRefused(KvldpError):
 
 def check_batching(collection: Collection, batch_size: int) -> None:
     """Raise :class:`BatchingRefused` if ``collection`` needs one report per message (it
-    memoizes, limits reports per period, or reports in rounds: the record key must name
-    the device)."""
+    memoizes, limits reports per period or budget window, or reports in rounds: the record
+    key must name the device)."""
     privacy = collection.privacy
     if batch_size > 1 and (
-        privacy.memoize or privacy.report_period_s is not None or is_interactive(collection)
+        privacy.memoize or collection.aggregate.max_reports_per_device or is_interactive(collection)
     ):
         rule = (
             "memoizes reports"
@@ -32,6 +33,9 @@ def check_batching(collection: Collection, batch_size: int) -> None:
             else "reports once per device and round"
             if is_interactive(collection)
             else "limits reports per report_period"
+            if privacy.report_period_s is not None
+            else "limits reports per device and budget_window (the aggregator would charge a whole "
+            "batch to the device of its record key)"
         )
         raise BatchingRefused(
             f"collection {collection.name} {rule}: each report is its own message keyed by its "

@@ -40,6 +40,14 @@ key. Report times (the wire ``ts``, the Kafka record timestamp and the report pe
 come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
 that perturbs whole blocks of devices at once.
 
+A collection whose aggregator takes at most ``aggregate.max_reports_per_device`` reports
+per device and ``budget_window`` is kept the same way: every device counts what it sent in
+the window (:func:`kvldp.producer.device_state.server_budget`), and a report the
+aggregator would refuse as ``budget_exceeded`` is not sent and costs nothing
+(``SKIPPED_BUDGET``). A count kept in memory only is lost on a restart, after which the
+aggregator may refuse what the device sends again: the collector warns once when that
+can happen.
+
 An interactive collection (PrivKVM) reports in rounds: the collector follows the
 collection's control topic (:mod:`kvldp.producer.control_follower`) and every report is for the open
 round, perturbed with the means published for it and tagged with their digest. Each
@@ -70,7 +78,7 @@ from kvldp.common.collection_file import load_collection
 from kvldp.common.control_record import Control, interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
-from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.common.privacy import PrivacyBudgetExhausted, format_duration
 from kvldp.common.schema import ReportBatch, batch_len, from_rows
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
@@ -82,6 +90,7 @@ from kvldp.producer.device_state import (
     Fleet,
     FleetSummary,
     ReportStatus,
+    budget_window_of,
     period_of,
     tracks_privacy,
 )
@@ -119,7 +128,10 @@ class Collector:
     nothing to enforce and log nothing (this device's reports are still counted for
     :meth:`privacy_spent`). For a PCKV collection, a device holding more pairs than the
     collection's ``ell`` is warned about once (:mod:`kvldp.producer.truncation`). The states of other device ids a gateway or simulator reports
-    for live in memory only, for the life of this collector. ``clock`` gives report times
+    for live in memory only, for the life of this collector; where the aggregator limits
+    reports per device, the first of them logs a warning that reports sent again for them
+    after a restart may be refused. ``warn_unsaved=False`` silences both warnings (a
+    simulation against topics nobody else wrote to). ``clock`` gives report times
     in seconds since the epoch.
 
     Kafka (``bootstrap_servers`` or ``kafka_config``, with ``acks``) or the HTTPS gateway
@@ -159,6 +171,7 @@ class Collector:
         max_connections: int = MAX_CONNECTIONS,
         request_timeout: float = REQUEST_TIMEOUT_S,
         allow_http: bool = False,
+        warn_unsaved: bool = True,
     ) -> None:
         if acks not in ACKS:
             raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
@@ -209,7 +222,9 @@ class Collector:
         #: states of the other device ids this collector reports for (gateways, simulators)
         self.fleet = Fleet(self.collection)
         self._tracked = tracks_privacy(self.collection)
-        self._warn_unsaved = self._tracked and state_path is None
+        self._warn_unsaved = warn_unsaved and self._tracked and state_path is None
+        #: warn once that other devices' states live in memory (when the aggregator limits devices)
+        self._warn_fleet = warn_unsaved and self.collection.aggregate.max_reports_per_device > 0
         #: warns once per device whose pairs PCKV's ell truncates
         self.truncation = TruncationWarner(self.collection, logger)
         self.acks = acks
@@ -238,6 +253,9 @@ class Collector:
         self._pending: list[Awaitable[object]] = []
         self.sent_reports = 0
         self.sent_messages = 0
+        #: what happened to every report of :meth:`publish_users` (and so :meth:`report` and
+        #: :meth:`report_many`) over this collector's life
+        self.outcomes = FleetSummary()
         #: the open round of an interactive collection (None for the others)
         self.control = (
             ControlFollower(self.collection, self.kafka)
@@ -286,16 +304,40 @@ class Collector:
     def _state_of(self, device_id: str | bytes | int) -> DeviceState:
         key = device_key(device_id)
         if key != device_key(self.device_id):
+            if self._warn_fleet:
+                self._warn_fleet = False
+                logger.warning(
+                    "collection %s: the devices this process reports for keep their report counts in "
+                    "memory, for this collector's life only; %s",
+                    self.collection.name,
+                    self._refusal_after_restart(),
+                )
             return self.fleet.state(key)
         if self._warn_unsaved:
             self._warn_unsaved = False
+            limited = self.collection.aggregate.max_reports_per_device > 0
+            refusal = self._refusal_after_restart() if limited else "a restart forgets it"
             logger.warning(
-                "collection %s: no state_path, so device %s keeps its privacy spending in memory "
-                "only; a restart forgets it",
+                "collection %s: no state_path, so device %s keeps its privacy spending in memory only; %s",
                 self.collection.name,
                 self.device_id,
+                refusal,
             )
         return self.state
+
+    def _refusal_after_restart(self) -> str:
+        """What the aggregator does with reports sent again after a restart forgot them."""
+        aggregate, period = self.collection.aggregate, self.collection.privacy.report_period_s
+        rule = (
+            f"one report per device per report_period ({format_duration(period)})"
+            if period is not None
+            else f"{aggregate.max_reports_per_device} report(s) per device per budget_window "
+            f"({format_duration(aggregate.budget_window_s)})"
+        )
+        return (
+            f"the aggregator takes {rule}, so what is sent again for the same devices within that "
+            "time, by another process or after a restart, is refused as budget_exceeded and never folded"
+        )
 
     def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
         if device_id is None or device_key(device_id) == device_key(self.device_id):
@@ -355,9 +397,12 @@ class Collector:
         by ``device_id`` (default: this collector's id).
 
         Returns SENT (a report that cost epsilon), RESENT (a memoized state sent again,
-        free) or SKIPPED_PERIOD (nothing sent: this device already reported in this
-        ``report_period``); for an interactive collection SKIPPED_ROUND (already reported
-        in the open round) or ROUNDS_DONE (the last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
+        free), SKIPPED_PERIOD (nothing sent: this device already reported in this
+        ``report_period``) or SKIPPED_BUDGET (nothing sent, nothing spent: this device
+        already sent ``aggregate.max_reports_per_device`` reports in this
+        ``budget_window``, and the aggregator would refuse one more); for an interactive
+        collection SKIPPED_ROUND (already reported in the open round) or ROUNDS_DONE (the
+        last round closed). Raises :class:`PrivacyBudgetExhausted` (nothing sent, state
         untouched) if the report would take the device past ``lifetime_epsilon``.
         The status says what was spent and handed to the transport; whether the report was
         delivered (or refused by the gateway) is known at :meth:`flush`.
@@ -377,6 +422,8 @@ class Collector:
             )
         if summary.resent:
             return ReportStatus.RESENT
+        if summary.skipped_budget:
+            return ReportStatus.SKIPPED_BUDGET
         return ReportStatus.SKIPPED_PERIOD if summary.skipped_period else ReportStatus.SENT
 
     async def report_many(
@@ -407,8 +454,9 @@ class Collector:
         devices handled since the last call. For a collection with a ``[privacy]`` table
         every device id follows the spending rule with its own state; a device over its
         ``lifetime_epsilon`` is skipped and counted (never raised, unlike :meth:`report`),
-        as is one that already reported in the current ``report_period``. Returns the
-        counts of what happened.
+        as is one that already reported in the current ``report_period`` or sent the
+        aggregator's ``max_reports_per_device`` in the current ``budget_window``. Returns
+        the counts of what happened (added to :attr:`outcomes` as well).
         """
         if users.d != self.collection.d:
             raise InvalidCollection(
@@ -420,6 +468,7 @@ class Collector:
         if self.control is not None:
             control = await self.control.wait(timeout=self.control_timeout)
             summary = await self.publish_round(users, device_ids, control)
+            self.outcomes.add(summary)
             if on_progress is not None:
                 on_progress(users.n_users)
             return summary
@@ -432,13 +481,16 @@ class Collector:
             block = users.rows(block_start, min(users.n_users, block_start + step))
             ids = device_ids[block_start : block_start + block.n_users]
             if self._tracked:
-                summary.add(await self._publish_tracked(block, ids, per_message))
+                part = await self._publish_tracked(block, ids, per_message)
+                summary.add(part)
+                self.outcomes.add(part)
             else:
                 self._charge_own(ids)
                 self.truncation.check(block.sizes, ids)
                 batch = self.collection.mechanism.perturb_many(block, self.rng)
                 await self._publish_batch(batch, ids, per_message, self._now_ms())
                 summary.sent += block.n_users
+                self.outcomes.sent += block.n_users
             done += block.n_users
             if on_progress is not None:
                 on_progress(block.n_users)
@@ -503,6 +555,7 @@ class Collector:
         """
         ts_ms = self._now_ms()
         period = period_of(self.collection, ts_ms)
+        window = budget_window_of(self.collection, ts_ms)
         summary = FleetSummary()
         keep: list[int] = []
         if self.collection.privacy.memoize:
@@ -511,7 +564,7 @@ class Collector:
             for u, device in enumerate(device_ids):
                 lo, hi = int(block.indptr[u]), int(block.indptr[u + 1])
                 status, report = self._state_of(device).memoized(
-                    self.collection, block.keys[lo:hi], block.values[lo:hi], period
+                    self.collection, block.keys[lo:hi], block.values[lo:hi], period, window
                 )
                 summary.count(status)
                 if report is not None:
@@ -525,7 +578,7 @@ class Collector:
             batch = from_rows(reports, self.wire.fields)
         else:
             for u, device in enumerate(device_ids):
-                status = self._state_of(device).fresh(self.collection, period)
+                status = self._state_of(device).fresh(self.collection, period, window)
                 summary.count(status)
                 if status is ReportStatus.SENT:
                     keep.append(u)

@@ -9,7 +9,12 @@ A device that reports for a long time must never forget what it already spent
   re-send is a table lookup, so it is byte-identical even if numpy's generators change;
 * the **ledger**: how many reports were charged epsilon, the last report period, and
   for an interactive collection (PrivKVM) the rounds the device reported in: round r
-  costs the mechanism's ``round_epsilon(r)``, and a second report in one round is refused.
+  costs the mechanism's ``round_epsilon(r)``, and a second report in one round is refused;
+* the **mirror of the aggregator's budget** (``aggregate.max_reports_per_device`` per
+  ``budget_window``, :func:`server_budget`): the reports sent in the current budget
+  window. The aggregator refuses a device's reports past the limit (``budget_exceeded``)
+  and the device is never told, so the device counts the same way and does not send, nor
+  pay epsilon for, a report that would be refused (``SKIPPED_BUDGET``).
 
 With a path the state lives in one file (msgpack, tagged with a format name, a version,
 the collection's name and digest), written atomically with mode 0600
@@ -43,11 +48,16 @@ from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
 from kvldp.common.schema import Report
 
 FORMAT = "kvldp-device-state"
-VERSION = 2
+VERSION = 3
 _V1_FIELDS = frozenset(
     ("format", "version", "collection", "digest", "device_id", "secret", "charged", "last_period", "memo")
 )
-_FIELDS = _V1_FIELDS | {"rounds"}
+#: the fields of each version: 2 adds the rounds, 3 the budget window mirror
+_FIELDS = {
+    1: _V1_FIELDS,
+    2: _V1_FIELDS | {"rounds"},
+    3: _V1_FIELDS | {"rounds", "budget_window", "budget_used"},
+}
 
 
 class InvalidDeviceState(KvldpError):
@@ -64,6 +74,9 @@ class ReportStatus(enum.Enum):
     RESENT = "resent"
     #: not sent: the device already reported in this ``report_period``
     SKIPPED_PERIOD = "skipped_period"
+    #: not sent, nothing spent: the device already sent ``aggregate.max_reports_per_device``
+    #: reports in this ``budget_window``, and the aggregator would refuse it (``budget_exceeded``)
+    SKIPPED_BUDGET = "skipped_budget"
     #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
     #: :class:`kvldp.common.privacy.PrivacyBudgetExhausted` instead of returning this)
     EXHAUSTED = "exhausted"
@@ -73,9 +86,28 @@ class ReportStatus(enum.Enum):
     ROUNDS_DONE = "rounds_done"
 
 
+def server_budget(collection: Collection) -> tuple[int, int] | None:
+    """``(max_reports_per_device, budget_window_s)`` when a device of ``collection`` must
+    mirror the aggregator's budget ledger itself, else None: no limit, or a
+    ``report_period``, which the device keeps as its own rule (``SKIPPED_PERIOD``), or an
+    interactive collection, whose rounds the device keeps."""
+    limit = collection.aggregate.max_reports_per_device
+    if not limit or collection.privacy.report_period_s is not None or is_interactive(collection):
+        return None
+    return limit, collection.aggregate.budget_window_s
+
+
 def tracks_privacy(collection: Collection) -> bool:
-    """Whether devices of ``collection`` have anything to remember (a ``[privacy]`` table)."""
-    return bool(collection.privacy.as_table())
+    """Whether devices of ``collection`` have anything to remember: a ``[privacy]`` table,
+    or an aggregator budget they mirror (:func:`server_budget`)."""
+    return bool(collection.privacy.as_table()) or server_budget(collection) is not None
+
+
+def budget_window_of(collection: Collection, ts_ms: int) -> int | None:
+    """The aggregator's budget window of a report at ``ts_ms`` (``floor(ts_ms / window_ms)``)
+    when the device mirrors the budget (:func:`server_budget`), else None."""
+    budget = server_budget(collection)
+    return None if budget is None else ts_ms // (budget[1] * 1000)
 
 
 def period_of(collection: Collection, ts_ms: int) -> int | None:
@@ -98,6 +130,9 @@ class DeviceState:
     last_period: int | None = None
     #: rounds (0-based) this device reported in, for an interactive collection
     rounds: list[int] = field(default_factory=list)
+    #: the aggregator's budget window of the last report sent, and the reports sent in it
+    budget_window: int | None = None
+    budget_used: int = 0
     path: Path | None = None
     #: the rounding offsets, derived from the secret once per device (never written)
     _alpha: FloatArray | None = field(default=None, repr=False, compare=False)
@@ -155,6 +190,8 @@ class DeviceState:
             "last_period": self.last_period,
             "memo": self.memo,
             "rounds": self.rounds,
+            "budget_window": self.budget_window,
+            "budget_used": self.budget_used,
         }
         return bytes(msgpack.packb(obj, use_bin_type=True))
 
@@ -180,22 +217,49 @@ class DeviceState:
         cap = collection.privacy.lifetime_epsilon
         return math.inf if cap is None else max(0.0, cap - self.spent(collection))
 
+    def _over_budget(self, collection: Collection, window: int | None) -> bool:
+        """Whether the aggregator would refuse one more report in budget window ``window``
+        (None: the device mirrors no budget)."""
+        return (
+            window is not None
+            and window == self.budget_window
+            and self.budget_used >= collection.aggregate.max_reports_per_device
+        )
+
+    def _count_sent(self, window: int | None) -> None:
+        """Count a report about to be sent in budget window ``window`` (the caller saves)."""
+        if window is None:
+            return
+        if window != self.budget_window:
+            self.budget_window, self.budget_used = window, 0
+        self.budget_used += 1
+
     def memoized(
-        self, collection: Collection, keys: IntArray, values: FloatArray, period: int | None
+        self,
+        collection: Collection,
+        keys: IntArray,
+        values: FloatArray,
+        period: int | None,
+        window: int | None = None,
     ) -> tuple[ReportStatus, Report | None]:
         """Apply the rule to a memoized report of the normalised pairs (``keys``, ``values``)
-        at report period ``period``; returns the status and the payload to send (None when
-        nothing is sent). A spend is written before this returns."""
+        at report period ``period`` and budget window ``window`` (:func:`budget_window_of`);
+        returns the status and the payload to send (None when nothing is sent). A spend is
+        written before this returns."""
         if period is not None and period == self.last_period:
             return ReportStatus.SKIPPED_PERIOD, None
+        if self._over_budget(collection, window):
+            return ReportStatus.SKIPPED_BUDGET, None
         mechanism = collection.mechanism
         if self._alpha is None:
             self._alpha = alphas(self.secret, self.digest, mechanism.d)
         state = state_of(mechanism, keys, values, self._alpha)
         stored = self.memo.get(state.fingerprint)
         if stored is not None:
+            self._count_sent(window)
             if period is not None:
                 self.last_period = period
+            if period is not None or window is not None:
                 self.save()
             return ReportStatus.RESENT, stored
         if would_exceed(collection.epsilon, collection.privacy.lifetime_epsilon, self.charged):
@@ -204,6 +268,7 @@ class DeviceState:
         self.memo[state.fingerprint] = report
         self.charged += 1
         self.last_period = period
+        self._count_sent(window)
         self.save()
         return ReportStatus.SENT, report
 
@@ -222,15 +287,19 @@ class DeviceState:
         self.save()
         return ReportStatus.SENT
 
-    def fresh(self, collection: Collection, period: int | None) -> ReportStatus:
-        """Apply the rule to a report perturbed afresh (no memoization): SENT means the
-        spend is written and the caller may perturb and send."""
+    def fresh(self, collection: Collection, period: int | None, window: int | None = None) -> ReportStatus:
+        """Apply the rule to a report perturbed afresh (no memoization) at report period
+        ``period`` and budget window ``window``: SENT means the spend is written and the
+        caller may perturb and send."""
         if period is not None and period == self.last_period:
             return ReportStatus.SKIPPED_PERIOD
+        if self._over_budget(collection, window):
+            return ReportStatus.SKIPPED_BUDGET
         if would_exceed(collection.epsilon, collection.privacy.lifetime_epsilon, self.charged):
             return ReportStatus.EXHAUSTED
         self.charged += 1
         self.last_period = period
+        self._count_sent(window)
         self.save()
         return ReportStatus.SENT
 
@@ -242,12 +311,13 @@ def _from_obj(obj: Any, path: Path) -> DeviceState:
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise bad("not a kvldp device state (no format tag)")
     version = obj.get("version")
-    if version not in (1, VERSION):
-        raise bad(f"unsupported version {version!r} (this kvldp reads versions 1 and {VERSION})")
-    fields = _V1_FIELDS if version == 1 else _FIELDS
+    fields = _FIELDS.get(version) if type(version) is int else None
+    if fields is None:
+        raise bad(f"unsupported version {version!r} (this kvldp reads versions 1 to {VERSION})")
     if set(obj) != fields:
         raise bad(f"fields {sorted(obj)} are not {sorted(fields)}")
     rounds = obj.get("rounds", [])
+    window, used = obj.get("budget_window"), obj.get("budget_used", 0)
     checks = (
         ("collection", isinstance(obj["collection"], str)),
         ("digest", type(obj["digest"]) is int and 0 <= obj["digest"] < 2**32),
@@ -257,6 +327,8 @@ def _from_obj(obj: Any, path: Path) -> DeviceState:
         ("last_period", obj["last_period"] is None or type(obj["last_period"]) is int),
         ("memo", isinstance(obj["memo"], dict) and all(_is_report(r) for r in obj["memo"].values())),
         ("rounds", isinstance(rounds, list) and all(type(r) is int and 0 <= r < 64 for r in rounds)),
+        ("budget_window", window is None or type(window) is int),
+        ("budget_used", type(used) is int and used >= 0),
     )
     for name, ok in checks:
         if not ok:
@@ -270,6 +342,8 @@ def _from_obj(obj: Any, path: Path) -> DeviceState:
         charged=obj["charged"],
         last_period=obj["last_period"],
         rounds=list(rounds),
+        budget_window=window,
+        budget_used=used,
         path=path,
     )
 
@@ -287,6 +361,7 @@ class FleetSummary:
     sent: int = 0
     resent: int = 0
     skipped_period: int = 0
+    skipped_budget: int = 0
     exhausted: int = 0
     skipped_round: int = 0
     rounds_done: int = 0
@@ -308,6 +383,8 @@ class FleetSummary:
             f"sent {self.sent}, resent {self.resent}, skipped (period) {self.skipped_period}, "
             f"exhausted {self.exhausted}"
         )
+        if self.skipped_budget:
+            text += f", skipped (budget window) {self.skipped_budget}"
         if self.skipped_round or self.rounds_done:
             text += f", skipped (round) {self.skipped_round}, rounds done {self.rounds_done}"
         return text

@@ -1,0 +1,104 @@
+"""Which rule each epsilon figure of a collection follows, and over what horizon.
+
+A collection bounds a device's spending by several rules kept by different parties: the
+mechanism bounds one report; ``[privacy] report_period`` and ``[aggregate]
+max_reports_per_device`` bound a window of time (the first kept by the device and the
+aggregator alike, the second by the aggregator's ledger and mirrored by the SDK); the
+device's own ledger (memoization, ``[privacy] lifetime_epsilon``) bounds its lifetime.
+A figure without its rule is easy to misread (a lifetime total of 2,000 looks absurd
+next to a server that takes one report a day), so :func:`epsilon_figures` returns each
+figure with the rule it follows, who keeps that rule, and the horizon it covers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from kvldp.common.collection import Collection
+from kvldp.common.privacy import LifetimeAudit, format_duration
+
+
+@dataclass(frozen=True)
+class EpsilonFigure:
+    """One epsilon figure: its ``name``, ``epsilon``, the ``rule`` it follows, who keeps
+    that rule (``kept_by``) and the ``horizon`` it covers."""
+
+    name: str
+    epsilon: float
+    rule: str
+    kept_by: str
+    horizon: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        return f"{self.name}: epsilon {self.epsilon:g} over {self.horizon}. Rule: {self.rule}. Kept by {self.kept_by}."
+
+
+def _window_figure(collection: Collection) -> EpsilonFigure | None:
+    """The most a device spends per window of time, when a rule limits its reports per window."""
+    aggregate, privacy = collection.aggregate, collection.privacy
+    limit = aggregate.max_reports_per_device
+    if not limit:
+        return None
+    at_most = "; memoized re-sends are free, so this is the most" if privacy.memoize else ""
+    if privacy.report_period_s is not None:
+        return EpsilonFigure(
+            "per_period",
+            collection.epsilon,
+            f"[privacy] report_period: one report per device per period{at_most}",
+            "the device (SKIPPED_PERIOD) and the aggregator's ledger (budget_exceeded)",
+            f"one report_period ({format_duration(privacy.report_period_s)})",
+        )
+    return EpsilonFigure(
+        "per_window",
+        collection.epsilon * limit,
+        f"[aggregate] max_reports_per_device = {limit} per budget_window{at_most}",
+        "the aggregator's ledger (budget_exceeded); the SDK mirrors it in the device's state (SKIPPED_BUDGET)",
+        f"one budget_window ({format_duration(aggregate.budget_window_s)})",
+    )
+
+
+def epsilon_figures(collection: Collection, life: LifetimeAudit) -> list[EpsilonFigure]:
+    """The collection's epsilon figures: per report, per window of time (when a rule limits
+    reports per window), and over ``life``'s reports (:func:`kvldp.common.privacy.lifetime_audit`)."""
+    figures = [
+        EpsilonFigure(
+            "per_report",
+            collection.epsilon,
+            f"the {collection.mechanism_name} mechanism's local differential privacy "
+            "(checked by the exact audit)",
+            "the device (it perturbs before sending)",
+            "one report",
+        )
+    ]
+    window = _window_figure(collection)
+    if window is not None:
+        figures.append(window)
+    spending = (
+        f"memoize: only a state never reported before costs (worst case {life.changes} changes, "
+        f"{life.changes + 1} states)"
+        if life.memoize
+        else "every report costs (sequential composition)"
+    )
+    cap = (
+        "no [privacy] lifetime_epsilon cap"
+        if life.cap is None
+        else f"capped by [privacy] lifetime_epsilon = {life.cap:g} ({life.refused} reports refused)"
+    )
+    horizon = f"a device's {life.reports} reports"
+    if window is not None and life.reports:
+        limit, seconds = collection.aggregate.max_reports_per_device, collection.aggregate.budget_window_s
+        windows = math.ceil(life.reports / limit)
+        unit = "budget_window" if collection.privacy.report_period_s is None else "report_period"
+        horizon += (
+            f", which the aggregator takes over at least {windows} {unit}s of {format_duration(seconds)} "
+            f"({windows * seconds / 86400:.4g} days)"
+        )
+    figures.append(
+        EpsilonFigure("lifetime", life.lifetime_epsilon, f"{spending}; {cap}", "the device's ledger", horizon)
+    )
+    return figures
