@@ -17,17 +17,20 @@ import pytest
 
 from kvldp.broker.tansu import EmbeddedBroker
 
+from support.gateway_double import GatewayDouble, reports_in
 from support.pipeline import collection_toml, eventually, records_in, topic_size, unique_collection
 
 pytestmark = pytest.mark.asyncio
 
 USERS = 200_000
-COUNTS = re.compile(r"(\d+) reports acknowledged by Kafka, (\d+) sent but not acknowledged, (\d+) not sent")
+COUNTS = re.compile(
+    r"(\d+) reports acknowledged by (?:Kafka|the gateway), (\d+) sent but not acknowledged, (\d+) not sent"
+)
 
 
-def start_produce(toml: Path, bootstrap: str, *flags: str) -> subprocess.Popen[str]:
-    """``kvldp produce`` of ``USERS`` simulated devices at 20,000 reports per second: it
-    runs for seconds, long enough to be stopped part way."""
+def start_produce(toml: Path, *flags: str) -> subprocess.Popen[str]:
+    """``kvldp produce`` of ``USERS`` simulated devices at 20,000 reports per second (to
+    where ``flags`` say): it runs for seconds, long enough to be stopped part way."""
     return subprocess.Popen(
         [
             sys.executable,
@@ -43,8 +46,6 @@ def start_produce(toml: Path, bootstrap: str, *flags: str) -> subprocess.Popen[s
             str(USERS),
             "--rate",
             "20000",
-            "--bootstrap-servers",
-            bootstrap,
             *flags,
         ],
         stdout=subprocess.DEVNULL,
@@ -77,7 +78,7 @@ async def test_a_stopped_produce_counts_what_kafka_holds(
     holds, and the rest is counted as not sent."""
     collection = unique_collection()
     toml = collection_toml(collection, tmp_path / "c.toml")
-    proc = start_produce(toml, broker.bootstrap_servers)
+    proc = start_produce(toml, "--bootstrap-servers", broker.bootstrap_servers)
     try:
         await some_reports_in(broker.bootstrap_servers, collection.reports_topic, proc)
         proc.send_signal(sig)
@@ -91,6 +92,37 @@ async def test_a_stopped_produce_counts_what_kafka_holds(
     acknowledged, unacknowledged, not_sent = summary(stderr)
     assert unacknowledged == 0
     assert acknowledged == await records_in(broker.bootstrap_servers, collection.reports_topic)
+    assert 0 < acknowledged < USERS and acknowledged + not_sent == USERS
+
+
+async def test_a_stopped_produce_counts_what_the_gateway_took(tmp_path: Path) -> None:
+    """Through ``--endpoint`` the same: what the gateway accepted is what produce counts
+    as acknowledged."""
+    toml = collection_toml(unique_collection(), tmp_path / "c.toml")
+    token_file = tmp_path / "token"
+    token_file.write_text("t0")
+    double = GatewayDouble(tokens={"t0"})
+    url = await double.start()
+    proc = start_produce(toml, "--endpoint", url, "--token-file", str(token_file), "--batch-size", "64")
+    try:
+
+        async def arrived() -> bool:
+            assert proc.poll() is None, "produce ended before it could be stopped"
+            return bool(double.received)
+
+        await eventually(arrived, 60, "the first reports at the gateway")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = await asyncio.to_thread(proc.communicate, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await double.stop()
+    assert proc.returncode == 130, stderr
+    assert "interrupted: " in stderr and "acknowledged by the gateway" in stderr
+    acknowledged, unacknowledged, not_sent = summary(stderr)
+    assert unacknowledged == 0
+    assert acknowledged == sum(reports_in(request.body) for request in double.received)
     assert 0 < acknowledged < USERS and acknowledged + not_sent == USERS
 
 
@@ -111,7 +143,7 @@ async def test_a_broker_that_stops_answering_ends_produce_with_the_counts(
     collection = unique_collection()
     toml = collection_toml(collection, tmp_path / "c.toml")
     bootstrap = own_broker.bootstrap_servers
-    proc = start_produce(toml, bootstrap, "--delivery-timeout", "1")
+    proc = start_produce(toml, "--bootstrap-servers", bootstrap, "--delivery-timeout", "0.5")
     assert own_broker.process is not None
     try:
         await some_reports_in(bootstrap, collection.reports_topic, proc)
