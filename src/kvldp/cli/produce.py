@@ -543,11 +543,11 @@ def _produce_periods(args: argparse.Namespace) -> int:
             return sim.spent(sdk)
 
     spent = run.run(publish, to.where)
+    if args.truth:
+        Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
     stopped = run.interrupted()
     if stopped is not None:
         return stopped
-    if args.truth:
-        Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
     print(
         f"published {run.acknowledged} reports to {to.destination(collection)}; epsilon spent per device: "
         f"median {float(np.median(spent)):g}, max {float(spent.max()):g}",
