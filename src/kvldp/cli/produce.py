@@ -452,7 +452,7 @@ def _produce_rounds(
     ids = simulate.device_ids(users.n_users)
     fleet = RoundFleet(users, ids)
 
-    run = Publishing("Kafka", planned=users.n_users * mechanism.rounds)
+    run = Publishing("Kafka")  # how many reports the rounds take is known only at their end
 
     async def publish(stop: asyncio.Event) -> list[float]:
         sdk = Collector(collection, kafka_config=kafka, rng=rng, **timeout)
