@@ -8,7 +8,7 @@ import numpy as np
 
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.estimate import Estimate
-from kvldp.demo.cells import frequency_cell, mean_cell
+from kvldp.demo.estimate_cells import frequency_cell, mean_cell
 
 COLLECTION = parse_collection(
     {"name": "cells", "mechanism": "kvue", "epsilon": 1.0, "keys": ["a", "b"], "value_range": [0.0, 10.0]}

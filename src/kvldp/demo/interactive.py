@@ -30,7 +30,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.control_record import control_topic, interactive_mechanism
 from kvldp.common.errors import KvldpError
 from kvldp.common.estimate import Estimate
-from kvldp.demo.cells import frequency_cell, mean_cell
+from kvldp.demo.estimate_cells import frequency_cell, mean_cell
 from kvldp.demo.live import demo_broker, spent_line, start_aggregator, stop_aggregator, watch
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.main_loop import run_async
