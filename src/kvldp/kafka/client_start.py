@@ -13,7 +13,7 @@ own with the first bootstrap server (only after a failure); when that works, a c
 with SASL settings was refused its login.
 
 Pure (stdlib only): clients are duck-typed (``start()`` and ``stop()`` or ``close()``), and
-aiokafka's SASL errors are recognised by class name, so the device SDK and the aggregator
+aiokafka's SASL and connection errors are recognised by class name, so the device SDK and the aggregator
 share this without the pure library importing aiokafka.
 """
 
