@@ -7,7 +7,7 @@ import json
 import pytest
 
 from kvldp.cli import main
-from kvldp.common.mechanisms import names
+from kvldp.common.mechanisms import get, names
 
 from support import run_kvldp
 
@@ -129,6 +129,25 @@ def test_mechanisms_and_bench(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0 and rows[0]["mechanism"] == "kvue" and rows[0]["reports_per_second"] > 0
     code, out, _ = run(capsys, "bench", "estimate", "--keys", "4,12", "--users", "2000", "--mechanism", "ioh")
     assert code == 0 and "ioh" in out and "at most 10 keys" in out
+
+
+def test_mechanisms_lists_estimators_and_every_parameter_with_its_default_and_range(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # read from the mechanism classes: every parameter of every mechanism, none made up
+    code, text, _ = run(capsys, "mechanisms")
+    assert code == 0 and "§" not in text and "spec" not in text
+    for name in names():
+        assert f"estimators: {', '.join(get(name)(3, 2.0).estimator_names)}" in text
+        for param in get(name).params_spec:
+            line = f"{param.name} = {json.dumps(param.default)} ({param.allowed}): {param.doc}"
+            assert line in text, line
+    code, out, _ = run(capsys, "mechanisms", "--json")
+    pckv = next(row for row in json.loads(out) if row["mechanism"] == "pckv_ue")
+    ell = next(p for p in pckv["params"] if p["name"] == "ell")
+    assert (ell["default"], ell["allowed"]) == (1, "an integer between 1 and 1000000")
+    allocation = next(p for p in pckv["params"] if p["name"] == "allocation")
+    assert allocation["allowed"] == "one of optimized, naive, nonoptimized"
 
 
 def test_console_entry_point_reports_errors_without_traceback() -> None:

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import collection_toml as to_toml
@@ -25,8 +25,10 @@ __all__ = [
     "control_published",
     "eventually",
     "oracle",
+    "records_in",
     "scrape",
     "start",
+    "topic_size",
     "unique_collection",
     "wait_for",
 ]
@@ -136,3 +138,33 @@ async def control_published(bootstrap: str, collection: Collection, start: int, 
     finally:
         await consumer.stop()
     raise AssertionError(f"no control record at offset {start} or later of {tp.topic} within {timeout}s")
+
+
+async def topic_size(bootstrap: str, topic: str) -> int:
+    """How many records ``topic`` holds, as its partitions' end offsets say (0 before it
+    exists). The embedded broker's end offsets can lag behind what it stores: enough to
+    see that records arrived, not to count them (:func:`records_in`)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        if topic not in await consumer.topics():  # fetches the cluster's metadata
+            return 0
+        partitions = consumer.partitions_for_topic(topic) or set()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        return int(sum(ends.values()))
+    finally:
+        await consumer.stop()
+
+
+async def records_in(bootstrap: str, topic: str) -> int:
+    """How many records ``topic`` holds, counted exactly: an empty marker record appended to
+    each partition gets the offset of its partition's end. Adds those markers, so call it
+    once, when nothing else writes to the topic any more."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        partitions = await producer.partitions_for(topic)
+        marks = [await producer.send_and_wait(topic, b"", partition=p) for p in sorted(partitions)]
+        return sum(mark.offset for mark in marks)
+    finally:
+        await producer.stop()

@@ -104,6 +104,14 @@ def register(sub: Subparsers) -> None:
         metavar="FILE",
         help="with --endpoint: the CA (PEM) the gateway's certificate must chain to (default: the system's)",
     )
+    p.add_argument(
+        "--delivery-timeout",
+        type=positive_float,
+        metavar="SECONDS",
+        help="give up on a message Kafka (or the gateway) has not acknowledged after this long "
+        "(default: the SDK's request timeout, 30 s); the command then says what was acknowledged "
+        "and exits with status 2",
+    )
     add_kafka_args(p)
     p.set_defaults(func=cmd_produce)
 
@@ -132,12 +140,22 @@ class Sink:
         )
 
     @property
+    def who(self) -> str:
+        """What acknowledges the reports, in the command's summary."""
+        return "Kafka" if self.kafka is not None else "the gateway"
+
+    @property
     def where(self) -> KafkaConfig | str:
         """What a connection failure names."""
         return self.kafka if self.kafka is not None else f"the gateway at {self.endpoint}"
 
     def destination(self, collection: Collection) -> str:
         return collection.reports_topic if self.endpoint is None else f"{self.endpoint} ({collection.name})"
+
+
+def timeout_option(args: argparse.Namespace) -> dict[str, Any]:
+    """The collector's ``request_timeout`` when ``--delivery-timeout`` gives one."""
+    return {} if args.delivery_timeout is None else {"request_timeout": args.delivery_timeout}
 
 
 def sink(args: argparse.Namespace, collection: Collection) -> Sink:
@@ -189,9 +207,10 @@ def _produce_once(args: argparse.Namespace) -> int:
     follows its rounds instead) or the devices of a CSV file."""
     import asyncio
 
+    from kvldp.cli.produce_summary import Publishing
     from kvldp.common.collection_file import load_collection
     from kvldp.common.control_record import is_interactive
-    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.batching import check_batching
     from kvldp.progress import Progress
     from kvldp.sim import simulate
@@ -200,6 +219,7 @@ def _produce_once(args: argparse.Namespace) -> int:
     check_batching(collection, args.batch_size)
     to = sink(args, collection)
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
+    options = {"rng": rng, **timeout_option(args)}
     if args.simulate:
         if not args.users:
             raise KvldpError("--simulate needs --users N")
@@ -217,10 +237,11 @@ def _produce_once(args: argparse.Namespace) -> int:
                     f"--rate: collection {collection.name} reports in rounds, paced by its round_period"
                 )
             assert to.kafka is not None
-            return _produce_rounds(collection, to.kafka, users, rng)
+            return _produce_rounds(collection, to.kafka, users, rng, timeout_option(args))
+        run = Publishing(to.who, planned=users.n_users)
 
-        async def publish(stop: asyncio.Event) -> tuple[int, FleetSummary]:
-            async with to.collector(collection, rng=rng) as sdk:
+        async def publish(stop: asyncio.Event) -> None:
+            async with run.follow(to.collector(collection, **options)) as sdk:
                 with Progress(users.n_users, f"produce {collection.name}") as bar:
                     await until_stopped(
                         stop,
@@ -232,9 +253,8 @@ def _produce_once(args: argparse.Namespace) -> int:
                             on_progress=bar.advance,
                         ),
                     )
-                return sdk.sent_reports, sdk.outcomes
 
-        sent, outcomes = run_async(publish, to.where)
+        run.run(publish, to.where)
     else:
         if args.truth:
             raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
@@ -242,14 +262,19 @@ def _produce_once(args: argparse.Namespace) -> int:
         if not source.is_file():
             raise KvldpError(f"CSV file {str(source)!r} does not exist")
 
-        async def publish_csv(stop: asyncio.Event) -> tuple[int, FleetSummary]:
-            async with to.collector(collection, rng=rng) as sdk:
-                await until_stopped(stop, _publish_csv(sdk, source, args.batch_size))
-                return sdk.sent_reports, sdk.outcomes
+        run = Publishing(to.who)
 
-        sent, outcomes = run_async(publish_csv, to.where)
+        async def publish_csv(stop: asyncio.Event) -> None:
+            async with run.follow(to.collector(collection, **options)) as sdk:
+                await until_stopped(stop, _publish_csv(sdk, source, args.batch_size))
+
+        run.run(publish_csv, to.where)
+    stopped = run.interrupted()
+    if stopped is not None:
+        return stopped
     print(
-        f"published {sent} reports to {to.destination(collection)}{unsent_note(collection, outcomes)}",
+        f"published {run.acknowledged} reports to {to.destination(collection)}"
+        f"{unsent_note(collection, run.outcomes)}",
         file=sys.stderr,
     )
     return 0
@@ -286,9 +311,10 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
     from kvldp.attacks.experiment import fake_count, fake_rng, genuine_reports, genuine_rng
     from kvldp.attacks.fakes import fake_reports
     from kvldp.attacks.target import InvalidTarget, choose_targets
+    from kvldp.cli.produce_summary import Publishing
     from kvldp.common.control_record import is_interactive
     from kvldp.common.schema import concat
-    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.kafka.main_loop import until_stopped
     from kvldp.progress import Progress
     from kvldp.sim import simulate
 
@@ -317,17 +343,19 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
     order = np.random.default_rng([seed, 0x1D]).permutation(users.n_users + n_fakes)
     if is_interactive(collection):
         assert to.kafka is not None
-        _produce_rounds_with_fakes(collection, to.kafka, users, order, seed, attack, n_fakes, target)
-        return 0
+        return _produce_rounds_with_fakes(
+            collection, to.kafka, users, order, seed, attack, n_fakes, target, timeout_option(args)
+        )
     genuine = genuine_reports(mechanism, users, genuine_rng(seed, 0))
     fakes = fake_reports(mechanism, attack, n_fakes, target, fake_rng(seed, 0))
     everyone = concat([genuine, fakes])
     everyone = {name: column[order] for name, column in everyone.items()}
     ids = simulate.device_ids(order.size)
     block = 4096
+    run = Publishing(to.who, planned=order.size)
 
-    async def publish(stop: asyncio.Event) -> int:
-        async with to.collector(collection) as sdk:
+    async def publish(stop: asyncio.Event) -> None:
+        async with run.follow(to.collector(collection, **timeout_option(args))) as sdk:
             with Progress(order.size, f"produce {collection.name}") as bar:
 
                 async def send_all() -> None:
@@ -337,11 +365,13 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
                         bar.advance(min(block, order.size - start))
 
                 await until_stopped(stop, send_all())
-            return sdk.sent_reports
 
-    sent = run_async(publish, to.where)
+    run.run(publish, to.where)
+    stopped = run.interrupted()
+    if stopped is not None:
+        return stopped
     print(
-        f"published {sent} reports to {to.destination(collection)}, {n_fakes} of them from fake devices "
+        f"published {run.acknowledged} reports to {to.destination(collection)}, {n_fakes} of them from fake devices "
         f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
         f"target mean {target.mean:g})",
         file=sys.stderr,
@@ -358,7 +388,8 @@ def _produce_rounds_with_fakes(
     attack: str,
     n_fakes: int,
     target: Target,
-) -> None:
+    timeout: dict[str, Any],
+) -> int:
     """PrivKVM's rounds with fake devices in every round: the genuine fleet follows the
     control topic as without fakes (its generator that of ``kvldp attack``), and after its
     reports of each round the fakes send theirs, built on the round's published means.
@@ -367,8 +398,9 @@ def _produce_rounds_with_fakes(
 
     from kvldp.attacks.experiment import fake_rng, genuine_rng
     from kvldp.attacks.fakes import Round, fake_reports
+    from kvldp.cli.produce_summary import Publishing
     from kvldp.common.control_record import Control, interactive_mechanism
-    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.collector import Collector
     from kvldp.sim import simulate
     from kvldp.sim.round_fleet import RoundFleet, RoundReport
@@ -386,8 +418,11 @@ def _produce_rounds_with_fakes(
             file=sys.stderr,
         )
 
-    async def publish(stop: asyncio.Event) -> int:
-        async with Collector(collection, kafka_config=kafka, rng=genuine_rng(seed, 0)) as sdk:
+    run = Publishing("Kafka")
+
+    async def publish(stop: asyncio.Event) -> None:
+        sdk = Collector(collection, kafka_config=kafka, rng=genuine_rng(seed, 0), **timeout)
+        async with run.follow(sdk):
 
             async def fakes(control: Control) -> None:
                 batch = fake_reports(
@@ -399,26 +434,34 @@ def _produce_rounds_with_fakes(
                 print(f"{report} (and {n_fakes} fake devices)", file=sys.stderr)
 
             await until_stopped(stop, RoundFleet(users, genuine_ids).run(sdk, on_round=said, also=fakes))
-            return sdk.sent_reports
 
-    sent = run_async(publish, kafka)
+    run.run(publish, kafka)
+    stopped = run.interrupted()
+    if stopped is not None:
+        return stopped
     print(
-        f"published {sent} reports to {collection.reports_topic}, {n_fakes} per round from fake devices "
-        f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
+        f"published {run.acknowledged} reports to {collection.reports_topic}, {n_fakes} per round from fake "
+        f"devices ({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
         f"target mean {target.mean:g})",
         file=sys.stderr,
     )
+    return 0
 
 
 def _produce_rounds(
-    collection: Collection, kafka: KafkaConfig, users: KVData, rng: np.random.Generator | None
+    collection: Collection,
+    kafka: KafkaConfig,
+    users: KVData,
+    rng: np.random.Generator | None,
+    timeout: dict[str, Any],
 ) -> int:
     """A simulated fleet following an interactive collection's rounds to the end: a line
     per round, then the epsilon each device spent."""
     import asyncio
 
+    from kvldp.cli.produce_summary import Publishing
     from kvldp.common.control_record import control_topic, interactive_mechanism
-    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.collector import Collector
     from kvldp.progress import Progress
     from kvldp.sim import simulate
@@ -434,8 +477,11 @@ def _produce_rounds(
     ids = simulate.device_ids(users.n_users)
     fleet = RoundFleet(users, ids)
 
-    async def publish(stop: asyncio.Event) -> tuple[int, list[float]]:
-        async with Collector(collection, kafka_config=kafka, rng=rng) as sdk:
+    run = Publishing("Kafka")  # how many reports the rounds take is known only at their end
+
+    async def publish(stop: asyncio.Event) -> list[float]:
+        sdk = Collector(collection, kafka_config=kafka, rng=rng, **timeout)
+        async with run.follow(sdk):
             print(
                 f"following {control_topic(collection)} ({mechanism.rounds} rounds at most)", file=sys.stderr
             )
@@ -445,11 +491,14 @@ def _produce_rounds(
                     print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
 
                 await until_stopped(stop, fleet.run(sdk, on_round=said, on_progress=bar.advance))
-            return sdk.sent_reports, [sdk.privacy_spent(device) for device in ids]
+            return [sdk.privacy_spent(device) for device in ids]
 
-    sent, spent = run_async(publish, kafka)
+    spent = run.run(publish, kafka)
+    stopped = run.interrupted()
+    if stopped is not None:
+        return stopped
     print(
-        f"published {sent} reports to {collection.reports_topic}; epsilon spent per device: "
+        f"published {run.acknowledged} reports to {collection.reports_topic}; epsilon spent per device: "
         f"median {float(np.median(spent)):g}, max {max(spent):g} (of {collection.epsilon:g})",
         file=sys.stderr,
     )
@@ -479,8 +528,9 @@ def _produce_periods(args: argparse.Namespace) -> int:
     period and the epsilon spent per device on stderr. ``--truth`` is the last period's."""
     import asyncio
 
+    from kvldp.cli.produce_summary import Publishing
     from kvldp.common.collection_file import load_collection
-    from kvldp.kafka.main_loop import run_async, until_stopped
+    from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.batching import check_batching
     from kvldp.progress import Progress
     from kvldp.sim import simulate
@@ -503,8 +553,11 @@ def _produce_periods(args: argparse.Namespace) -> int:
     )
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
 
-    async def publish(stop: asyncio.Event) -> tuple[int, np.ndarray, FleetSummary]:
-        async with to.collector(collection, rng=rng, clock=sim.clock) as sdk:
+    run = Publishing(to.who, planned=args.users * args.periods)
+
+    async def publish(stop: asyncio.Event) -> np.ndarray:
+        sdk = to.collector(collection, rng=rng, clock=sim.clock, **timeout_option(args))
+        async with run.follow(sdk):
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
 
                 def said(report: PeriodReport) -> None:  # below the bar, which goes on drawing
@@ -512,14 +565,18 @@ def _produce_periods(args: argparse.Namespace) -> int:
 
                 work = sim.run(sdk, args.batch_size, rate=args.rate, on_progress=bar.advance, on_period=said)
                 await until_stopped(stop, work)
-            return sdk.sent_reports, sim.spent(sdk), sdk.outcomes
+            return sim.spent(sdk)
 
-    sent, spent, outcomes = run_async(publish, to.where)
+    spent = run.run(publish, to.where)
     if args.truth:
         Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
+    stopped = run.interrupted()
+    if stopped is not None:
+        return stopped
     print(
-        f"published {sent} reports to {to.destination(collection)}; epsilon spent per device: "
-        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}{unsent_note(collection, outcomes)}",
+        f"published {run.acknowledged} reports to {to.destination(collection)}; epsilon spent per device: "
+        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}"
+        f"{unsent_note(collection, run.outcomes)}",
         file=sys.stderr,
     )
     return 0

@@ -35,6 +35,16 @@ class Param:
     check: Callable[[ParamValue], bool] | None = None
     check_doc: str = ""
 
+    @property
+    def allowed(self) -> str:
+        """The values the parameter takes, in words: its choices, its range check's
+        description, else any value of its type."""
+        if self.choices is not None:
+            return f"one of {', '.join(self.choices)}"
+        if self.check_doc:
+            return self.check_doc.removeprefix("must ").removeprefix("lie ").removeprefix("be ")
+        return f"any {_KIND_NAMES[self.kind]}"
+
     def coerce(self, raw: object) -> ParamValue:
         value = _coerce(self.kind, raw, self.name)
         if self.choices is not None and value not in self.choices:
@@ -44,6 +54,10 @@ class Param:
         if self.check is not None and not self.check(value):
             raise InvalidParameter(f"parameter {self.name}={value!r} is out of range: {self.check_doc}")
         return value
+
+
+#: how :attr:`Param.allowed` names a parameter's type
+_KIND_NAMES = {bool: "boolean", int: "integer", float: "number", str: "string"}
 
 
 def _coerce(kind: type, raw: object, name: str) -> ParamValue:

@@ -30,6 +30,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.control_record import control_topic, interactive_mechanism
 from kvldp.common.errors import KvldpError
 from kvldp.common.estimate import Estimate
+from kvldp.demo.estimate_cells import frequency_cell, mean_cell
 from kvldp.demo.live import demo_broker, spent_line, start_aggregator, stop_aggregator, watch
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.main_loop import run_async
@@ -55,17 +56,6 @@ def check_round_fleet(collection: Collection, users: int) -> None:
 def shown_estimators(collection: Collection) -> list[str]:
     configured = list(collection.aggregate.estimators)
     return [name for name in ROUND_ESTIMATORS if name in configured] or configured[:1]
-
-
-def mean_cell(collection: Collection, estimate: Estimate | None, i: int) -> str:
-    """Estimated mean of key ``i`` +- one standard error, in collection units (19 wide)."""
-    if estimate is None:
-        return f"{'...':>19}"
-    m = collection.raw_mean(estimate.mean[i : i + 1])[0]
-    ms = collection.raw_scale(estimate.mean_stderr[i : i + 1])[0]
-    if not np.isfinite(m):
-        return f"{'undefined':>19}"
-    return f"{m:9.3f} ± {ms:7.3f}" if np.isfinite(ms) else f"{m:19.3f}"
 
 
 def round_lines(
@@ -126,10 +116,7 @@ def render_rounds(
     first = estimates.get(names[0])
     for i, key in enumerate(collection.keys):
         tf, tm = truth["frequency"][key], truth["mean"][key]
-        if first is None:
-            f_text = f"{'...':>17}"
-        else:
-            f_text = f"{first.frequency[i]:8.4f} ± {first.frequency_stderr[i]:6.4f}"
+        f_text = frequency_cell(first, i)
         true_mean = "-" if tm is None else f"{tm:9.3f}"
         means = "".join(f" {mean_cell(collection, estimates.get(name), i)}" for name in names)
         lines.append(f"{key:<12} {tf:7.4f} {f_text}   {true_mean:>9}{means}")

@@ -21,6 +21,7 @@ import numpy as np
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.common.collection import Collection
+from kvldp.demo.estimate_cells import frequency_cell, mean_cell
 from kvldp.demo.live import demo_broker, spent_line, start_aggregator, stop_aggregator, watch
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.main_loop import run_async
@@ -74,17 +75,11 @@ def render(
     lines = [head, "-" * len(head)]
     for i, key in enumerate(collection.keys):
         tf, tm = truth["frequency"][key], truth["mean"][key]
-        cells = [f"{key:<12} {tf:7.4f}"]
-        if estimate is None:
-            cells.append(f"{'...':>17}   {'' if tm is None else format(tm, '9.3f'):>9} {'...':>19}")
-        else:
-            f, fs = estimate.frequency[i], estimate.frequency_stderr[i]
-            m = collection.raw_mean(estimate.mean[i : i + 1])[0]
-            ms = collection.raw_scale(estimate.mean_stderr[i : i + 1])[0]
-            mean_text = "undefined" if not np.isfinite(m) else f"{m:9.3f} ± {ms:7.3f}"
-            true_mean = "-" if tm is None else f"{tm:9.3f}"
-            cells.append(f"{f:8.4f} ± {fs:6.4f}   {true_mean:>9} {mean_text:>19}")
-        lines.append(" ".join(cells))
+        true_mean = "-" if tm is None else f"{tm:9.3f}"
+        lines.append(
+            f"{key:<12} {tf:7.4f} {frequency_cell(estimate, i)}   {true_mean:>9} "
+            f"{mean_cell(collection, estimate, i)}"
+        )
     folded = aggregator.state.reports_total
     filled = round(30 * min(folded, target) / max(target, 1))
     lines.append(

@@ -5,13 +5,15 @@ AIOKafkaProducer" at exit), and its errors do not say what the user should chang
 handshake refused for an untrusted certificate surfaces as "Unable to bootstrap from
 [...]", a SCRAM login with a wrong password on some brokers as ``KeyError: 'v'``.
 :func:`start_or_close` closes the client whatever happened, and turns TLS and SASL
-failures into :class:`KafkaStartError`, one line naming the setting to check. The TLS
+failures into :class:`KafkaStartError`, one line naming the setting to check;
+:func:`start_reachable` also turns a cluster that does not answer into
+:class:`KafkaUnreachable`, naming its address. The TLS
 cause, which aiokafka only logs, is recovered by one connection and TLS handshake of our
 own with the first bootstrap server (only after a failure); when that works, a client
 with SASL settings was refused its login.
 
 Pure (stdlib only): clients are duck-typed (``start()`` and ``stop()`` or ``close()``), and
-aiokafka's SASL errors are recognised by class name, so the device SDK and the aggregator
+aiokafka's SASL and connection errors are recognised by class name, so the device SDK and the aggregator
 share this without the pure library importing aiokafka.
 """
 
@@ -35,6 +37,17 @@ class KafkaStartError(KvldpError):
     """A Kafka client could not start for a reason the user can fix (TLS or SASL settings)."""
 
 
+class KafkaUnreachable(KafkaStartError):
+    """No broker of the bootstrap servers answered (a device SDK's client could not start)."""
+
+
+def unreachable_message(where: str, exc: BaseException) -> str:
+    """One line for a connection to Kafka that failed: ``where`` names the cluster."""
+    if "Unable to bootstrap" in str(exc):
+        return f"cannot reach Kafka at {where}: no broker answered (is it running, is the address right?)"
+    return f"cannot reach Kafka at {where}: {exc}"
+
+
 class _Client(Protocol):
     """What :func:`start_or_close` needs of a client: aiokafka producers, consumers and admin
     clients all fit."""
@@ -55,6 +68,18 @@ async def start_or_close(client: _Client, config: KafkaConfig) -> None:
         if message is None:
             raise
         raise KafkaStartError(message) from None
+
+
+async def start_reachable(client: _Client, config: KafkaConfig) -> None:
+    """:func:`start_or_close`, with aiokafka's connection error (no broker answered) raised
+    as :class:`KafkaUnreachable` naming the bootstrap servers: what the device SDK raises,
+    so that an application catches one kvldp error instead of the Kafka client's."""
+    try:
+        await start_or_close(client, config)
+    except Exception as exc:
+        if type(exc).__name__ != "KafkaConnectionError":
+            raise
+        raise KafkaUnreachable(unreachable_message(config.describe(), exc)) from None
 
 
 async def close_quietly(client: object) -> None:

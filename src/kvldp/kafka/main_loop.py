@@ -1,7 +1,8 @@
 """The asyncio main of a command that talks to Kafka: stopped by Ctrl-C or SIGTERM, its
 Kafka and socket failures said in one line.
 
-:func:`run_async` runs a coroutine whose stop event Ctrl-C and SIGTERM set, and turns
+:func:`run_async` runs a coroutine whose stop event (:class:`Stop`, which remembers the
+signal) Ctrl-C and SIGTERM set, and turns
 what a user can fix (no broker at the address, a refused TLS handshake, a port in use)
 into a :class:`~kvldp.common.errors.KvldpError` naming the cluster; :func:`until_stopped`
 runs one piece of work unless the stop event comes first. The command line and the demo
@@ -21,19 +22,34 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.client_config import KafkaConfig
+from kvldp.kafka.client_start import unreachable_message
 
 T = TypeVar("T")
 
 
-def run_async(make: Callable[[asyncio.Event], Awaitable[T]], kafka: KafkaConfig | str | None = None) -> T:
+class Stop(asyncio.Event):
+    """The stop event of :func:`run_async`, remembering the signal that set it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        #: SIGINT or SIGTERM once one of them asked to stop
+        self.signal: signal.Signals | None = None
+
+    def by(self, sig: signal.Signals) -> None:
+        """Stop because of ``sig`` (the first signal is the one remembered)."""
+        self.signal = self.signal or sig
+        self.set()
+
+
+def run_async(make: Callable[[Stop], Awaitable[T]], kafka: KafkaConfig | str | None = None) -> T:
     """Run a coroutine with Ctrl-C/SIGTERM setting its stop event; map Kafka and socket
     failures to one-line errors."""
 
     async def main() -> T:
-        stop = asyncio.Event()
+        stop = Stop()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stop.by, sig)
         try:
             return await make(stop)
         finally:
@@ -44,11 +60,7 @@ def run_async(make: Callable[[asyncio.Event], Awaitable[T]], kafka: KafkaConfig 
     try:
         return asyncio.run(main())
     except KafkaConnectionError as exc:
-        if "Unable to bootstrap" in str(exc):
-            raise KvldpError(
-                f"cannot reach Kafka at {where}: no broker answered (is it running, is the address right?)"
-            ) from None
-        raise KvldpError(f"cannot reach Kafka at {where}: {exc}") from None
+        raise KvldpError(unreachable_message(str(where), exc)) from None
     except KafkaError as exc:
         raise KvldpError(f"Kafka error at {where}: {exc}") from None
     except ssl.SSLError as exc:

@@ -18,7 +18,7 @@ from kvldp.common.collection_file import load_collection
 from kvldp.common.errors import KvldpError
 from kvldp.common.privacy import PrivacyBudgetExhausted
 from kvldp.kafka.client_config import KafkaConfig
-from kvldp.kafka.client_start import KafkaStartError
+from kvldp.kafka.client_start import KafkaStartError, KafkaUnreachable
 from kvldp.producer.bearer_token import InvalidToken, TokenFile
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import ReportStatus
@@ -33,6 +33,7 @@ __all__ = [
     "InvalidToken",
     "KafkaConfig",
     "KafkaStartError",
+    "KafkaUnreachable",
     "KvldpError",
     "PrivacyBudgetExhausted",
     "ReportRefused",

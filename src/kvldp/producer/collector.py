@@ -64,7 +64,8 @@ import math
 import secrets
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -85,6 +86,7 @@ from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
 from kvldp.producer.batching import check_batching
 from kvldp.producer.bearer_token import BearerTokens, DeviceTokenProvider, TokenProvider
 from kvldp.producer.control_follower import ControlFollower
+from kvldp.producer.delivery import Deliveries
 from kvldp.producer.device_state import (
     DeviceState,
     Fleet,
@@ -131,16 +133,24 @@ class Collector:
     for live in memory only, for the life of this collector; where the aggregator limits
     reports per device, the first of them logs a warning that reports sent again for them
     after a restart may be refused. ``warn_unsaved=False`` silences both warnings (a
-    simulation against topics nobody else wrote to). ``clock`` gives report times
-    in seconds since the epoch.
+    simulation against topics nobody else wrote to). ``clock`` (a callable returning
+    seconds since the epoch, default :func:`time.time`) gives report times, and so the
+    ``report_period`` a report falls in: a test or a simulation passes its own to step
+    through periods without waiting.
 
     Kafka (``bootstrap_servers`` or ``kafka_config``, with ``acks``) or the HTTPS gateway
-    (``endpoint``), never both. With ``endpoint``: ``token`` (a string, or a callable
+    (``endpoint``), never both. ``request_timeout`` (seconds) bounds how long a message
+    waits for Kafka's acknowledgement (or a gateway request for its answer) before it
+    fails. A Kafka cluster that does not answer makes :meth:`start` raise
+    :class:`~kvldp.kafka.client_start.KafkaUnreachable` (a
+    :class:`~kvldp.common.errors.KvldpError` naming the bootstrap servers). What became
+    of the reports handed over so far is counted in :attr:`deliveries`. With
+    ``endpoint``: ``token`` (a string, or a callable
     returning a string or an awaitable one, asked before every request) or ``token_for``
     (a callable of the device id, for a process reporting for many devices);
     ``ca_file`` or ``ssl_context`` for a gateway whose certificate the system does not
-    trust; ``retry`` (:class:`~kvldp.producer.retry_policy.RetryPolicy`),
-    ``max_connections`` and ``request_timeout`` (seconds); ``allow_http`` for plain http
+    trust; ``retry`` (:class:`~kvldp.producer.retry_policy.RetryPolicy`) and
+    ``max_connections``; ``allow_http`` for plain http
     to another machine (tokens then cross the network in clear). The device id the caller
     gave (``device_id``, or the ids of :meth:`report_many`) is sent as ``Kvldp-Device``,
     which the gateway checks against the token. A message the gateway refuses for good
@@ -175,6 +185,8 @@ class Collector:
     ) -> None:
         if acks not in ACKS:
             raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
+        if not (isinstance(request_timeout, int | float) and request_timeout > 0):
+            raise KvldpError(f"request_timeout must be a positive number of seconds, got {request_timeout!r}")
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
         if endpoint is None:
             http = {"token": token, "token_for": token_for, "ca_file": ca_file, "ssl_context": ssl_context}
@@ -247,10 +259,13 @@ class Collector:
                 acks=acks,
                 linger_ms=5,
                 max_request_size=max(self.collection.aggregate.max_message_bytes * 2, 1 << 20),
+                request_timeout_ms=int(request_timeout * 1000),
                 enable_idempotence=False,
             )
             self.transport = KafkaTransport(producer, self.collection.reports_topic, self.kafka)
-        self._pending: list[Awaitable[object]] = []
+        self._pending: list[asyncio.Future[object]] = []
+        #: what became of the reports handed to the transport, counted as each settles
+        self.deliveries = Deliveries()
         self.sent_reports = 0
         self.sent_messages = 0
         #: what happened to every report of :meth:`publish_users` (and so :meth:`report` and
@@ -367,7 +382,11 @@ class Collector:
     async def _send(self, value: bytes, device: str | bytes | int, timestamp_ms: int, reports: int) -> None:
         key = device_key(device)
         claimed = self._id_given or key != device_key(self.device_id)
-        self._pending.append(await self.transport.send(Message(value, key, timestamp_ms, claimed, reports)))
+        outcome = asyncio.ensure_future(
+            await self.transport.send(Message(value, key, timestamp_ms, claimed, reports))
+        )
+        self.deliveries.track(outcome, reports)
+        self._pending.append(outcome)
         self.sent_messages += 1
         if len(self._pending) >= MAX_IN_FLIGHT:
             await self.flush()
@@ -379,14 +398,24 @@ class Collector:
         good raises :class:`~kvldp.producer.gateway_client.ReportRefused` (its ``error``
         code and ``detail``), one it never took :class:`~kvldp.producer.gateway_client.GatewayUnavailable`,
         once every other message of the flush is settled (the first failure is raised, the
-        others are logged as warnings)."""
-        pending, self._pending = self._pending, []
+        others are logged as warnings, one per distinct error). A Kafka message that is
+        not acknowledged within ``request_timeout`` raises the Kafka client's error.
+        Cancelling a flush leaves its messages pending for the next one."""
+        pending = list(self._pending)
         if not pending:
             return
-        outcomes = await asyncio.gather(*pending, return_exceptions=True)
-        failures = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
-        for other in failures[1:]:
-            logger.warning("collection %s: %s", self.collection.name, other)
+        # a flush cancelled part way (its caller was) leaves the messages to the next one
+        await asyncio.wait(pending)
+        settled = set(pending)
+        self._pending = [outcome for outcome in self._pending if outcome not in settled]
+        failures = [
+            error
+            for outcome in pending
+            if (error := asyncio.CancelledError() if outcome.cancelled() else outcome.exception()) is not None
+        ]
+        for message, times in Counter(str(other) for other in failures[1:]).items():
+            more = f" ({times} messages)" if times > 1 else ""
+            logger.warning("collection %s: %s%s", self.collection.name, message, more)
         if failures:
             raise failures[0]
 

@@ -23,7 +23,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.control_record import Control, InvalidControl, control_topic, decode_control
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
-from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.client_start import start_reachable
 
 logger = logging.getLogger("kvldp.producer")
 
@@ -52,7 +52,7 @@ class ControlFollower:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await start_or_close(self._consumer, self.kafka)
+        await start_reachable(self._consumer, self.kafka)
         tp = TopicPartition(self.topic, 0)
         self._consumer.assign([tp])
         await self._consumer.seek_to_beginning(tp)

@@ -162,8 +162,6 @@ class GatewayTransport:
             raise KvldpError("give ca_file or ssl_context, not both")
         if not (isinstance(max_connections, int) and max_connections >= 1):
             raise KvldpError(f"max_connections must be a positive integer, got {max_connections!r}")
-        if not (isinstance(request_timeout, int | float) and request_timeout > 0):
-            raise KvldpError(f"request_timeout must be a positive number of seconds, got {request_timeout!r}")
         self.url = url
         self.tokens = tokens
         self.retry = retry or RetryPolicy()

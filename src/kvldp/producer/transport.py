@@ -19,7 +19,7 @@ from typing import Protocol
 from aiokafka import AIOKafkaProducer
 
 from kvldp.kafka.client_config import KafkaConfig
-from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.client_start import start_reachable
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class KafkaTransport:
         self.kafka = kafka
 
     async def start(self) -> None:
-        await start_or_close(self.producer, self.kafka)
+        await start_reachable(self.producer, self.kafka)
 
     async def stop(self) -> None:
         await self.producer.stop()
