@@ -9,6 +9,7 @@ reason per rejected row, which is what the aggregator's dead-letter queue needs.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -99,6 +100,12 @@ def concat(batches: Sequence[ReportBatch]) -> ReportBatch:
     return {name: np.concatenate([b[name] for b in batches]) for name in batches[0]}
 
 
+@functools.cache
+def _largest(dtype: np.dtype[Any]) -> int:
+    """The largest value of an integer dtype."""
+    return int(np.iinfo(dtype).max)
+
+
 def field_checks(
     batch: Mapping[str, NDArray[Any]], fields: Sequence[Field]
 ) -> Iterator[tuple[NDArray[np.bool_], str]]:
@@ -120,13 +127,13 @@ def field_checks(
                 pad_mask = np.uint8((0xFF << (8 - spare)) & 0xFF)
                 yield (col[:, -1] & pad_mask) != 0, f"{f.name}: padding bits set"
         else:
-            if col.ndim != 1 or not np.issubdtype(col.dtype, np.integer):
+            if col.ndim != 1 or col.dtype.kind not in "iu":
                 raise InvalidReport(f"column {f.name!r} must be a 1-D integer array")
-            if np.issubdtype(col.dtype, np.signedinteger):
+            if col.dtype.kind == "i":
                 yield col < f.low, f"{f.name}: below {f.low}"
             elif f.low > 0:
                 yield col < np.uint64(f.low), f"{f.name}: below {f.low}"
-            if f.high <= np.iinfo(col.dtype).max:
+            if f.high <= _largest(col.dtype):
                 yield col >= f.high, f"{f.name}: not below {f.high}"
 
 

@@ -342,18 +342,23 @@ class WireFormat:
             out_of_time = (ts < rts - self.max_age_ms) | (ts > rts + self.max_skew_ms)
             if out_of_time.any():  # the general decoder says which, and by how much
                 fast = fast.select(~out_of_time)
-        general = np.ones(len(messages), dtype=bool)
-        general[fast.index] = False
-        columns, message, rids, rejected = self._decode_general(messages, np.flatnonzero(general), record_ts)
-        if fast.index.size:
-            mixed = message.size > 0
-            columns = {k: np.concatenate([fast.reports[k], columns[k]]) for k in self.names}
-            message = np.concatenate([fast.index, message])
-            rids = np.concatenate([fast.rids, rids])
-            if mixed:
-                order = np.argsort(message, kind="stable")
-                columns = {k: v[order] for k, v in columns.items()}
-                message, rids = message[order], rids[order]
+        if fast.index.size == len(messages):  # all canonical: nothing for the general decoder
+            columns, message, rids, rejected = fast.reports, fast.index, fast.rids, []
+        else:
+            general = np.ones(len(messages), dtype=bool)
+            general[fast.index] = False
+            columns, message, rids, rejected = self._decode_general(
+                messages, np.flatnonzero(general), record_ts
+            )
+            if fast.index.size:
+                mixed = message.size > 0
+                columns = {k: np.concatenate([fast.reports[k], columns[k]]) for k in self.names}
+                message = np.concatenate([fast.index, message])
+                rids = np.concatenate([fast.rids, rids])
+                if mixed:
+                    order = np.argsort(message, kind="stable")
+                    columns = {k: v[order] for k, v in columns.items()}
+                    message, rids = message[order], rids[order]
         if message.size and not self.mechanism.valid_rows(columns).all():
             valid, codes, details = self.mechanism.validate_coded(columns)
             if not np.all(valid):
