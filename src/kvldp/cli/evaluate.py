@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kvldp.cli.flags import Subparsers, emit, positive_float, positive_int
+from kvldp.cli.flags import DirectoryToWrite, Subparsers, emit, positive_float, positive_int
 from kvldp.common.conditional import parse_query
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create, names
@@ -34,7 +34,11 @@ def register(sub: Subparsers) -> None:
         help="coverage of the exported 95%% intervals and stderr/RMSE, per mechanism × estimator × ε "
         "(default: every mechanism and estimator on its reference population, ε 0.5 1 2 4 8)",
     )
-    p.add_argument("--out", help="output folder of --experiment or --calibration (default: results/NAME/)")
+    p.add_argument(
+        "--out",
+        type=DirectoryToWrite,
+        help="output folder of --experiment or --calibration (default: results/NAME/)",
+    )
     p.add_argument("--quick", action="store_true", help="--experiment at reduced n and repeats (< 1 minute)")
     p.add_argument(
         "--mechanism", action="append", help=f"one of: {', '.join(names())} (repeatable with --calibration)"
