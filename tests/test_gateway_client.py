@@ -510,8 +510,7 @@ async def test_kvldp_produce_sends_a_csv_through_the_gateway(tmp_path: Path) -> 
     assert sent == [("d0", "Bearer t0"), ("d1", "Bearer t1"), ("d2", "Bearer t2")]
     assert refused.returncode == 2
     assert (
-        refused.stderr.strip()
-        == f"kvldp: error: --token-file {token_file.with_name('one')}: does not exist"
+        refused.stderr.strip() == f"kvldp: error: --token-file {token_file.with_name('one')}: does not exist"
     )
 
 

@@ -129,14 +129,13 @@ INPUT_FILES = {
         "--tls-key",
         "PATH",
     ],
+    "gateway --jwks": ["gateway", "--collection", COLLECTION, "--jwks", "PATH", "--audience", "a", *NOWHERE],
     "broker --tls-cert": ["broker", "--port", "0", "--tls-cert", "PATH", "--tls-key", COLLECTION],
     "replay": ["replay", "PATH", *NOWHERE],
 }
 
 
-def refusal(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], path: Path | str
-) -> str:
+def refusal(capsys: pytest.CaptureFixture[str], tmp_path: Path, argv: list[str], path: Path | str) -> str:
     """What ``kvldp argv`` (PATH replaced by ``path``) says, having exited 2 and created nothing."""
     before = sorted(tmp_path.rglob("*"))
     assert main([str(path) if word == "PATH" else word for word in argv]) == 2

@@ -13,6 +13,7 @@ import resource
 
 from kvldp.cli.flags import FileToRead, Subparsers, positive_float, positive_int
 from kvldp.common.errors import KvldpError
+from kvldp.common.path_checks import readable_file
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
 logger = logging.getLogger("kvldp.gateway")
@@ -75,6 +76,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise KvldpError("--tls-cert and --tls-key go together")
+    if "://" not in args.jwks:  # a file, checked like the other paths (a URL is fetched later)
+        readable_file(args.jwks, "--jwks")
     if not 0 <= args.port <= 65535:
         raise KvldpError(f"--port {args.port}: expected 0 to 65535")
     if not args.audience.strip():
