@@ -5,6 +5,7 @@ answers nothing), and nothing created."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -233,8 +234,17 @@ def test_the_aggregator_refuses_an_unusable_state_directory_up_front(a_file: Pat
             Aggregator(collection, "127.0.0.1:1", state_dir=state_dir)
 
 
-def test_the_sdk_names_an_unusable_state_file(tmp_path: Path, a_file: Path) -> None:
+def test_the_sdk_refuses_an_unusable_state_file_up_front(
+    tmp_path: Path, a_file: Path, read_only: Path
+) -> None:
     collection = load_collection(COLLECTION)
-    for state_path in ("/proc/kvldp-nothing/state", a_file / "state", tmp_path):
-        with pytest.raises(InvalidDeviceState, match=f"^device state {state_path}: cannot"):
+    for state_path, problem in (
+        ("/proc/kvldp-nothing/state", "directory /proc/kvldp-nothing does not exist"),
+        (a_file / "state", f"{a_file} is not a directory"),
+        (tmp_path, "is a directory; give a file name"),
+        (read_only / "state", f"cannot write in {read_only} ("),
+    ):
+        with pytest.raises(
+            InvalidDeviceState, match="^" + re.escape(f"device state {state_path}: {problem}")
+        ):
             Collector(collection, bootstrap_servers="127.0.0.1:1", state_path=state_path)
