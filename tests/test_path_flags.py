@@ -248,3 +248,12 @@ def test_the_sdk_refuses_an_unusable_state_file_up_front(
             InvalidDeviceState, match="^" + re.escape(f"device state {state_path}: {problem}")
         ):
             Collector(collection, bootstrap_servers="127.0.0.1:1", state_path=state_path)
+
+
+def test_evaluate_checks_its_default_folder_before_running_the_grid(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("results").write_text("x")
+    message = refusal(capsys, tmp_path, ["evaluate", "--experiment", "sun-fig1", "--quick"], "")
+    assert message == "--out (default) results/sun-fig1: cannot create it, results is not a directory"

@@ -19,6 +19,7 @@ from kvldp.common.conditional import parse_query
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create, names
 from kvldp.common.params import parse_assignments
+from kvldp.common.path_checks import writable_directory
 from kvldp.evaluation.scoring import evaluate
 from kvldp.sim import datasets
 
@@ -123,11 +124,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     override = args.dataset
     if override is not None and not override.startswith(datasets.CSV_PREFIX):
         raise KvldpError("--experiment takes --dataset csv:PATH only (the grids name their synthetic data)")
+    # the default folder is checked like --out, before the grid runs
+    out = (
+        Path(args.out)
+        if args.out
+        else writable_directory(Path("results") / experiment.name, "--out (default)")
+    )
     try:
         rows = run(experiment, args.quick, args.seed, not args.json, override)
     except ValueError as exc:
         raise KvldpError(str(exc)) from None
-    out = Path(args.out) if args.out else Path("results") / experiment.name
     command = " ".join(
         [
             "kvldp evaluate",
