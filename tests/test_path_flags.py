@@ -257,3 +257,11 @@ def test_evaluate_checks_its_default_folder_before_running_the_grid(
     Path("results").write_text("x")
     message = refusal(capsys, tmp_path, ["evaluate", "--experiment", "sun-fig1", "--quick"], "")
     assert message == "--out (default) results/sun-fig1: cannot create it, results is not a directory"
+
+
+def test_keygen_leaves_no_key_without_its_jwks(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    jwks = tmp_path / "keys" / "jwks.json"
+    jwks.mkdir(parents=True)  # the key set cannot be written: the private key must not stay
+    assert main(["devices", "keygen", "--out", str(jwks.parent)]) == 2
+    assert capsys.readouterr().err == f"kvldp: error: cannot write {str(jwks)!r}: Is a directory\n"
+    assert list(jwks.parent.iterdir()) == [jwks]
