@@ -7,11 +7,12 @@ import errno
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kvldp.common.atomic_file import create_once, write_atomically
+from kvldp.common.atomic_file import create_once, write_atomically, write_csv
 
 from support import run
 
@@ -91,3 +92,17 @@ def test_create_once_leaves_no_name_when_it_fails(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         create_once(missing, b"secret")
     assert not (tmp_path / "absent").exists()
+
+
+def test_a_table_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    path = tmp_path / "results.csv"
+    write_csv(path, ["a", "b"], [{"a": 1, "b": "x"}, {"a": 2.5, "b": ""}])
+    assert path.read_bytes() == b"a,b\r\n1,x\r\n2.5,\r\n" and mode_of(path) == 0o644
+
+    def rows() -> Iterator[dict[str, object]]:
+        yield {"a": 3, "b": "y"}
+        raise RuntimeError("the command stops half way")
+
+    with pytest.raises(RuntimeError):
+        write_csv(path, ["a", "b"], rows())
+    assert path.read_bytes() == b"a,b\r\n1,x\r\n2.5,\r\n" and sorted(tmp_path.iterdir()) == [path]

@@ -136,7 +136,7 @@ async def test_produce_refuses_fake_flags_alone(tmp_path: Path) -> None:
             "--attack goes with --fake-fraction",
         ),
         (["--simulate", "uniform", "--users", "10", "--targets", "2"], "--targets goes with --fake-fraction"),
-        (["--from-csv", "x.csv", "--fake-fraction", "0.1"], "--fake-fraction goes with --simulate"),
+        (["--from-csv", str(toml), "--fake-fraction", "0.1"], "--fake-fraction goes with --simulate"),
         (["--simulate", "uniform", "--users", "10", "--fake-fraction", "0.1", "--targets", "9"], "--targets"),
     ]:
         done = await asyncio.to_thread(run_kvldp, *base, *extra)

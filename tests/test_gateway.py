@@ -532,9 +532,9 @@ def test_with_its_own_certificate_it_serves_https_and_says_so(
 @pytest.mark.parametrize(
     ("flags", "words"),
     [
-        (["--jwks", "missing.json"], "JWKS file"),
+        (["--jwks", "missing.json"], "--jwks missing.json: does not exist"),
         (["--jwks", "http://127.0.0.1:1/jwks.json"], "https:// only"),
-        (["--tls-cert", "cert.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "c.toml"], "--tls-cert and --tls-key go together"),
         (["--port", "70000"], "expected 0 to 65535"),
         (["--device-rate", "0"], "--device-rate"),
         (["--audience", " "], "--audience must not be empty"),

@@ -225,7 +225,7 @@ def test_keygen_and_token_commands_round_trip(tmp_path: Path) -> None:
     missing = run_kvldp(
         "devices", "token", "--key", str(tmp_path / "none.pem"), "--device", "d", "--audience", "a"
     )
-    assert missing.returncode == 2 and "cannot read key" in missing.stderr
+    assert missing.returncode == 2 and f"--key {tmp_path / 'none.pem'}: does not exist" in missing.stderr
 
 
 def test_a_verified_token_is_remembered_for_a_bounded_time_only(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import is_interactive
+from kvldp.common.path_checks import writable_directory
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
@@ -78,6 +79,8 @@ class Aggregator(ServingRole):
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
+        if state_dir is not None:
+            writable_directory(state_dir, "state directory")
         super().__init__(collection, kafka, role, metrics_host, metrics_port, refit_interval, log, security)
         self.store = (
             CheckpointStore(state_dir, collection) if state_dir is not None and role == "all" else None

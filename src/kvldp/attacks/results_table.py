@@ -5,12 +5,12 @@ plot leaves out a detecting defense when others ran: its estimates are another's
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 from typing import Any
 
 from kvldp.attacks.experiment import Row
+from kvldp.common.atomic_file import write_atomically, write_csv
 
 #: the first line of every results README the command writes
 TITLE = "Fake devices against the key-value mechanisms"
@@ -130,11 +130,7 @@ def write(rows: list[Row], out: Path, command: str, setting: str) -> list[Path]:
     """Write results.csv, README.md and (with matplotlib) gains.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
-    with csv_path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(record(row))
+    write_csv(csv_path, COLUMNS, (record(row) for row in rows))
     png, note = _plot(rows, out / "gains.png")
     detection = (
         [
@@ -172,5 +168,5 @@ def write(rows: list[Row], out: Path, command: str, setting: str) -> list[Path]:
         ]
     )
     readme = out / "README.md"
-    readme.write_text(text)
+    write_atomically(readme, text.encode("utf-8"), mode=0o644)
     return [csv_path, readme, *png]

@@ -7,6 +7,7 @@ only importer of :mod:`kvldp.bench`, :mod:`kvldp.experiments` and
 :mod:`kvldp.reliability`; heavy modules (the aggregator, the SDK's Kafka client, matplotlib) are
 imported inside the handlers, so that ``kvldp --help`` stays fast.
 
+Every path flag is checked before its command starts (:func:`kvldp.cli.flags.check_paths`).
 Input errors (:class:`kvldp.common.errors.KvldpError`) print one line on stderr and exit
 with status 2; anything else is a bug and keeps its traceback.
 """
@@ -37,6 +38,7 @@ from kvldp.cli import (
     record,
     replay,
 )
+from kvldp.cli.flags import check_paths
 from kvldp.common.errors import KvldpError
 
 #: the subcommands, in the order ``kvldp --help`` lists them
@@ -87,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging()
     np.seterr(all="warn", under="ignore")  # underflow to 0 is benign (EM's vanishing states)
     try:
+        check_paths(args)
         return int(args.func(args))
     except KvldpError as exc:
         print(f"kvldp: error: {exc}", file=sys.stderr)

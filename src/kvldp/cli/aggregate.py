@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvldp.cli.flags import Subparsers, positive_float
+from kvldp.cli.flags import DirectoryToWrite, FileToRead, Subparsers, positive_float
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
@@ -26,10 +26,20 @@ def register(sub: Subparsers) -> None:
     add_kafka_args(p)
     p.add_argument("--metrics-host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
     p.add_argument("--metrics-port", type=int, default=9108, help="0 = any free port")
-    p.add_argument("--metrics-tls-cert", metavar="PEM", help="serve /metrics over TLS with this certificate")
-    p.add_argument("--metrics-tls-key", metavar="PEM", help="private key of --metrics-tls-cert")
     p.add_argument(
-        "--metrics-basic-auth-file", metavar="FILE", help="require HTTP basic auth; FILE holds user:password"
+        "--metrics-tls-cert",
+        metavar="PEM",
+        type=FileToRead,
+        help="serve /metrics over TLS with this certificate",
+    )
+    p.add_argument(
+        "--metrics-tls-key", metavar="PEM", type=FileToRead, help="private key of --metrics-tls-cert"
+    )
+    p.add_argument(
+        "--metrics-basic-auth-file",
+        metavar="FILE",
+        type=FileToRead,
+        help="require HTTP basic auth; FILE holds user:password",
     )
     p.add_argument(
         "--role",
@@ -39,12 +49,19 @@ def register(sub: Subparsers) -> None:
         "the assigned partitions, publish snapshots to the state topic; exporter: merge the "
         "snapshots, refit, serve the estimates (see docs/reliability.md)",
     )
-    p.add_argument("--state-dir", help="checkpoint directory for --role all (default: in memory only)")
+    p.add_argument(
+        "--state-dir",
+        type=DirectoryToWrite,
+        help="checkpoint directory for --role all (default: in memory only)",
+    )
     p.add_argument(
         "--refit-interval", type=positive_float, help="seconds between refits (default: the collection's)"
     )
     p.add_argument(
-        "--from-file", metavar="PATH", help="fold a recording offline and print the estimates as JSON"
+        "--from-file",
+        metavar="PATH",
+        type=FileToRead,
+        help="fold a recording offline and print the estimates as JSON",
     )
     p.set_defaults(func=cmd_aggregate)
 
@@ -60,8 +77,6 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     collection = load_collection(args.collection)
     if args.from_file:
         path = Path(args.from_file)
-        if not path.is_file():
-            raise KvldpError(f"recording {str(path)!r} does not exist")
         print(json.dumps(estimates_json(collection, fold_recording(collection, path)), allow_nan=False))
         return 0
     kafka = kafka_settings(args)
@@ -112,9 +127,6 @@ def metrics_security(args: argparse.Namespace) -> HttpSecurity:
 
     if bool(args.metrics_tls_cert) != bool(args.metrics_tls_key):
         raise KvldpError("--metrics-tls-cert and --metrics-tls-key go together")
-    for path in (args.metrics_tls_cert, args.metrics_tls_key):
-        if path and not Path(path).is_file():
-            raise KvldpError(f"TLS file {path!r} does not exist")
     user = password = None
     if args.metrics_basic_auth_file:
         user, password = load_basic_auth(args.metrics_basic_auth_file)

@@ -13,7 +13,15 @@ import argparse
 from pathlib import Path
 
 from kvldp.attacks.fakes import ATTACKS
-from kvldp.cli.flags import Subparsers, emit, open_fraction, positive_float, positive_int, unit_value
+from kvldp.cli.flags import (
+    DirectoryToWrite,
+    Subparsers,
+    emit,
+    open_fraction,
+    positive_float,
+    positive_int,
+    unit_value,
+)
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import Mechanism, create, get, names
 from kvldp.common.params import parse_assignments
@@ -84,7 +92,12 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--repeats", type=positive_int, default=5, help="collections per setting (default 5)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", action="store_true")
-    p.add_argument("--out", metavar="DIR", help="write results.csv, README.md and gains.png into DIR")
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        type=DirectoryToWrite,
+        help="write results.csv, README.md and gains.png into DIR",
+    )
     p.set_defaults(func=cmd_attack)
 
 

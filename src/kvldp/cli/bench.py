@@ -15,7 +15,17 @@ from pathlib import Path
 
 from kvldp.bench import mechanism_cost
 from kvldp.bench.table import format_table
-from kvldp.cli.flags import Subparsers, emit, int_list, positive_float, positive_int, two_ints
+from kvldp.cli.flags import (
+    DirectoryToWrite,
+    FileToWrite,
+    Subparsers,
+    emit,
+    int_list,
+    positive_float,
+    positive_int,
+    two_ints,
+)
+from kvldp.common.atomic_file import write_atomically
 from kvldp.common.mechanisms import get
 from kvldp.kafka.command_line import add_kafka_args
 from kvldp.reliability import NAMES as SCENARIO_NAMES
@@ -116,8 +126,10 @@ def register(sub: Subparsers) -> None:
     b.add_argument(
         "--scale", choices=("fast", "full"), default="full", help="full: the figures of docs/reliability.md"
     )
-    b.add_argument("--keep", metavar="DIR", help="keep logs, recordings and checkpoints here")
-    b.add_argument("--markdown", metavar="PATH", help="also write the figures as Markdown")
+    b.add_argument(
+        "--keep", metavar="DIR", type=DirectoryToWrite, help="keep logs, recordings and checkpoints here"
+    )
+    b.add_argument("--markdown", metavar="PATH", type=FileToWrite, help="also write the figures as Markdown")
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_reliability)
 
@@ -208,7 +220,7 @@ def cmd_bench_reliability(args: argparse.Namespace) -> int:
     keep = Path(args.keep) if args.keep else None
     table = rows(run_scenarios(args.scenario or list(SCENARIO_NAMES), args.scale, keep), args.scale)
     if args.markdown:
-        Path(args.markdown).write_text(markdown(table))
+        write_atomically(Path(args.markdown), markdown(table).encode(), mode=0o644)
     if args.json:
         print(json.dumps(table, indent=1, default=str))
     else:

@@ -7,7 +7,7 @@ import signal
 import time
 
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.cli.flags import Subparsers
+from kvldp.cli.flags import FileToRead, Subparsers
 from kvldp.common.errors import KvldpError
 
 
@@ -17,9 +17,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--tls-cert",
         metavar="PEM",
+        type=FileToRead,
         help="serve TLS on --port with this certificate (a stunnel4 proxy in front of the broker)",
     )
-    p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    p.add_argument("--tls-key", metavar="PEM", type=FileToRead, help="private key of --tls-cert")
     p.set_defaults(func=cmd_broker)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from kvldp.cli.flags import Subparsers
+from kvldp.cli.flags import DirectoryToWrite, FileToRead, Subparsers
 
 _DURATION = re.compile(r"^(\d+)([smhd]?)$")
 _UNIT_S = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -29,13 +29,21 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser("devices", help="signing keys and device tokens for the gateway (development, tests)")
     actions = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     keygen = actions.add_parser("keygen", help="write a private key (PEM, 0600) and its jwks.json")
-    keygen.add_argument("--out", required=True, metavar="DIR", help="directory for private.pem and jwks.json")
+    keygen.add_argument(
+        "--out",
+        required=True,
+        metavar="DIR",
+        type=DirectoryToWrite,
+        help="directory for private.pem and jwks.json",
+    )
     keygen.add_argument(
         "--algorithm", choices=("EdDSA", "ES256", "RS256"), default="EdDSA", help="key type (default EdDSA)"
     )
     keygen.set_defaults(func=cmd_keygen)
     token = actions.add_parser("token", help="print one signed token for one device")
-    token.add_argument("--key", required=True, metavar="PEM", help="private key written by keygen")
+    token.add_argument(
+        "--key", required=True, metavar="PEM", type=FileToRead, help="private key written by keygen"
+    )
     token.add_argument("--device", required=True, help="the device id (the token's sub)")
     token.add_argument("--audience", required=True, help="the gateway's --audience")
     token.add_argument("--ttl", type=duration, default=3600, help="lifetime: 90s, 15m, 1h, 7d (default 1h)")

@@ -14,11 +14,12 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kvldp.cli.flags import Subparsers, emit, positive_float, positive_int
+from kvldp.cli.flags import DirectoryToWrite, Subparsers, emit, positive_float, positive_int
 from kvldp.common.conditional import parse_query
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create, names
 from kvldp.common.params import parse_assignments
+from kvldp.common.path_checks import writable_directory
 from kvldp.evaluation.scoring import evaluate
 from kvldp.sim import datasets
 
@@ -34,7 +35,11 @@ def register(sub: Subparsers) -> None:
         help="coverage of the exported 95%% intervals and stderr/RMSE, per mechanism × estimator × ε "
         "(default: every mechanism and estimator on its reference population, ε 0.5 1 2 4 8)",
     )
-    p.add_argument("--out", help="output folder of --experiment or --calibration (default: results/NAME/)")
+    p.add_argument(
+        "--out",
+        type=DirectoryToWrite,
+        help="output folder of --experiment or --calibration (default: results/NAME/)",
+    )
     p.add_argument("--quick", action="store_true", help="--experiment at reduced n and repeats (< 1 minute)")
     p.add_argument(
         "--mechanism", action="append", help=f"one of: {', '.join(names())} (repeatable with --calibration)"
@@ -119,11 +124,16 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     override = args.dataset
     if override is not None and not override.startswith(datasets.CSV_PREFIX):
         raise KvldpError("--experiment takes --dataset csv:PATH only (the grids name their synthetic data)")
+    # the default folder is checked like --out, before the grid runs
+    out = (
+        Path(args.out)
+        if args.out
+        else writable_directory(Path("results") / experiment.name, "--out (default)")
+    )
     try:
         rows = run(experiment, args.quick, args.seed, not args.json, override)
     except ValueError as exc:
         raise KvldpError(str(exc)) from None
-    out = Path(args.out) if args.out else Path("results") / experiment.name
     command = " ".join(
         [
             "kvldp evaluate",

@@ -1,17 +1,24 @@
 """Flag types and output shared by the ``kvldp`` subcommands.
 
 argparse ``type=`` functions that check numbers and comma lists (each refusal is one
-argparse error line), and :func:`emit`, which prints a command's result as text or as
-JSON. Every module of :mod:`kvldp.cli` that defines flags takes them from here, so the
-same flag refuses the same input with the same words everywhere.
+argparse error line); path types (:class:`FileToRead`, :class:`FileToWrite`,
+:class:`DirectoryToWrite`) whose paths :func:`check_paths` checks once the whole command
+line is parsed, before the command does anything (:mod:`kvldp.common.path_checks`); and
+:func:`emit`, which prints a command's result as text or as JSON. Every module of
+:mod:`kvldp.cli` that defines flags takes them from here, so the same flag refuses the
+same input with the same words everywhere.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from pathlib import Path
+from typing import Any, Self, TypeAlias
+
+from kvldp.common.path_checks import readable_file, writable_directory, writable_file
 
 #: what a subcommand module registers its parser on (``kvldp``'s or ``kvldp bench``'s subparsers)
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -53,6 +60,53 @@ def two_ints(text: str) -> tuple[int, int]:
     if len(values) != 2:
         raise argparse.ArgumentTypeError(f"expected two comma-separated counts, got {text!r}")
     return values[0], values[1]
+
+
+class PathFlag(str, ABC):
+    """A path on the command line, as given; :func:`check_paths` checks it. ``label``
+    names it in messages (default: its option, ``--state-dir``)."""
+
+    label: str | None
+
+    def __new__(cls, text: str, label: str | None = None) -> Self:
+        given = super().__new__(cls, text)
+        given.label = label
+        return given
+
+    @abstractmethod
+    def check(self, label: str) -> Path:
+        """The path, if the command can use it; else
+        :class:`~kvldp.common.path_checks.UnusablePath` naming it ``label``."""
+
+
+class FileToRead(PathFlag):
+    """A file the command reads."""
+
+    def check(self, label: str) -> Path:
+        return readable_file(self, label)
+
+
+class FileToWrite(PathFlag):
+    """A file the command writes (its directory must exist)."""
+
+    def check(self, label: str) -> Path:
+        return writable_file(self, label)
+
+
+class DirectoryToWrite(PathFlag):
+    """A directory the command writes into, created if missing."""
+
+    def check(self, label: str) -> Path:
+        return writable_directory(self, label)
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Check every path flag of a parsed command line (one-line
+    :class:`~kvldp.common.path_checks.UnusablePath` for the first that cannot be used)."""
+    for dest, value in vars(args).items():
+        for given in value if isinstance(value, list) else [value]:
+            if isinstance(given, PathFlag):
+                given.check(given.label or f"--{dest.replace('_', '-')}")
 
 
 def emit(payload: Any, as_json: bool, text: str) -> None:

@@ -10,10 +10,10 @@ import argparse
 import asyncio
 import logging
 import resource
-from pathlib import Path
 
-from kvldp.cli.flags import Subparsers, positive_float, positive_int
+from kvldp.cli.flags import FileToRead, Subparsers, positive_float, positive_int
 from kvldp.common.errors import KvldpError
+from kvldp.common.path_checks import readable_file
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
 logger = logging.getLogger("kvldp.gateway")
@@ -41,8 +41,10 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--audience", required=True, help="the 'aud' every device token must carry")
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
     p.add_argument("--port", type=int, default=8080, help="0 = any free port")
-    p.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate chain")
-    p.add_argument("--tls-key", metavar="PEM", help="private key of --tls-cert")
+    p.add_argument(
+        "--tls-cert", metavar="PEM", type=FileToRead, help="serve HTTPS with this certificate chain"
+    )
+    p.add_argument("--tls-key", metavar="PEM", type=FileToRead, help="private key of --tls-cert")
     add_kafka_args(p)
     p.add_argument(
         "--device-rate", type=positive_float, default=1.0, help="requests per second per device (default 1)"
@@ -74,9 +76,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     if bool(args.tls_cert) != bool(args.tls_key):
         raise KvldpError("--tls-cert and --tls-key go together")
-    for path in (args.tls_cert, args.tls_key):
-        if path and not Path(path).is_file():
-            raise KvldpError(f"TLS file {path!r} does not exist")
+    if "://" not in args.jwks:  # a file, checked like the other paths (a URL is fetched later)
+        readable_file(args.jwks, "--jwks")
     if not 0 <= args.port <= 65535:
         raise KvldpError(f"--port {args.port}: expected 0 to 65535")
     if not args.audience.strip():

@@ -18,7 +18,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from kvldp.attacks.fakes import ATTACKS
-from kvldp.cli.flags import Subparsers, fraction, open_fraction, positive_float, positive_int, unit_value
+from kvldp.cli.flags import (
+    FileToRead,
+    FileToWrite,
+    Subparsers,
+    fraction,
+    open_fraction,
+    positive_float,
+    positive_int,
+    unit_value,
+)
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 from kvldp.sim import datasets
@@ -41,6 +50,7 @@ def register(sub: Subparsers) -> None:
     source.add_argument(
         "--from-csv",
         metavar="FILE",
+        type=FileToRead,
         help="device,key,value rows (one device's rows together), or a ratings file user,item,rating "
         "(comma or tab separated, extra columns ignored; items outside the collection's keys dropped)",
     )
@@ -53,6 +63,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--truth",
         metavar="FILE",
+        type=FileToWrite,
         help="write the simulated population's true statistics (JSON; with --periods, the last period's)",
     )
     p.add_argument(
@@ -96,12 +107,14 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--token-file",
         metavar="FILE",
+        type=FileToRead,
         help="with --endpoint: the bearer token of every report, or a JSON object of device id to token "
         "(read again when the file changes)",
     )
     p.add_argument(
         "--ca-file",
         metavar="FILE",
+        type=FileToRead,
         help="with --endpoint: the CA (PEM) the gateway's certificate must chain to (default: the system's)",
     )
     p.add_argument(
@@ -183,8 +196,6 @@ def sink(args: argparse.Namespace, collection: Collection) -> Sink:
             "control topic in Kafka"
         )
     reports_url(args.endpoint, collection.name)
-    if args.ca_file is not None and not Path(args.ca_file).is_file():
-        raise KvldpError(f"--ca-file {args.ca_file!r} does not exist")
     return Sink(endpoint=args.endpoint, tokens=TokenFile(args.token_file), ca_file=args.ca_file)
 
 
@@ -228,7 +239,7 @@ def _produce_once(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise KvldpError(str(exc)) from None
         if args.truth:
-            Path(args.truth).write_text(json.dumps(simulate.truth(collection, users), indent=1))
+            _write_truth(Path(args.truth), simulate.truth(collection, users))
         if args.fake_fraction is not None:
             return _produce_with_fakes(args, collection, to, users)
         if is_interactive(collection):
@@ -259,8 +270,6 @@ def _produce_once(args: argparse.Namespace) -> int:
         if args.truth:
             raise KvldpError("--truth needs --simulate (a CSV's truth is the CSV)")
         source = Path(args.from_csv)
-        if not source.is_file():
-            raise KvldpError(f"CSV file {str(source)!r} does not exist")
 
         run = Publishing(to.who)
 
@@ -505,6 +514,13 @@ def _produce_rounds(
     return 0
 
 
+def _write_truth(path: Path, truth: dict[str, Any]) -> None:
+    """The population's true statistics as JSON, written whole or not at all."""
+    from kvldp.common.atomic_file import write_atomically
+
+    write_atomically(path, json.dumps(truth, indent=1).encode(), mode=0o644)
+
+
 async def _publish_csv(sdk: Collector, path: Path, batch_size: int, chunk: int = 4096) -> None:
     from kvldp.sim.csvsource import read_devices
     from kvldp.sim.ratings import is_ratings_file, read_ratings
@@ -569,7 +585,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
 
     spent = run.run(publish, to.where)
     if args.truth:
-        Path(args.truth).write_text(json.dumps(simulate.truth(collection, sim.population), indent=1))
+        _write_truth(Path(args.truth), simulate.truth(collection, sim.population))
     stopped = run.interrupted()
     if stopped is not None:
         return stopped

@@ -8,7 +8,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from kvldp.cli.flags import Subparsers, positive_float
+from kvldp.cli.flags import FileToWrite, Subparsers, positive_float
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
@@ -16,7 +16,7 @@ from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("record", help="write a collection's raw report messages to a file")
     p.add_argument("--collection", required=True)
-    p.add_argument("--out", required=True, metavar="PATH")
+    p.add_argument("--out", required=True, metavar="PATH", type=FileToWrite)
     p.add_argument(
         "--from-beginning", action="store_true", help="start at the oldest message (default: new ones)"
     )

@@ -7,14 +7,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from kvldp.cli.flags import Subparsers
+from kvldp.cli.flags import FileToRead, Subparsers
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
 
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("replay", help="re-publish a recording (same keys, values and timestamps)")
-    p.add_argument("path", metavar="PATH")
+    p.add_argument("path", metavar="PATH", type=lambda text: FileToRead(text, "recording"))
     p.add_argument(
         "--speed",
         type=float,
@@ -32,8 +32,6 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kvldp.sim.record_replay import replay
 
     path = Path(args.path)
-    if not path.is_file():
-        raise KvldpError(f"recording {str(path)!r} does not exist")
     try:
         with path.open("rb") as stream:
             read_recording(stream)  # the header, before anything connects

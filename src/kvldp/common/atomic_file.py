@@ -1,4 +1,5 @@
-"""Writing a state file atomically and durably, for the callers that keep state in one file.
+"""Writing a file atomically and durably, for the callers that keep state in one file and
+the commands whose output files must never be seen half written.
 
 The aggregator's checkpoint (:class:`kvldp.aggregator.state.CheckpointStore`) and a
 device's privacy state (:class:`kvldp.producer.device_state.DeviceState`) are each one
@@ -8,6 +9,10 @@ directory (created with the final mode, so a secret is never readable by others,
 for an instant), fsyncs it, renames it over the target (atomic on POSIX) and fsyncs the
 directory, so that the rename itself survives a power loss.
 
+A command's output that a reader would take at its word (a population's true
+statistics, a results table) is written the same way, with :func:`write_atomically` or,
+for a table, :func:`write_csv`: an interrupted command leaves the old file or none.
+
 A secret created once and kept for good (the aggregator's ledger key,
 :mod:`kvldp.aggregator.ledgerkey`) goes through :func:`create_once`: the same temporary
 file, linked to its name only if nothing holds that name yet, so that two processes
@@ -16,11 +21,14 @@ starting at once keep the first one's secret and a crash never leaves the name e
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 
 def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
@@ -32,6 +40,16 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o600) -> None:
     with _synced_copy(path, data, mode) as tmp:
         os.replace(tmp, path)
     _sync_directory(path.parent)
+
+
+def write_csv(path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, Any]]) -> None:
+    """Replace ``path`` with a CSV table (UTF-8, mode 0644) of ``rows``, dicts of
+    ``columns``, atomically and durably."""
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(columns))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_atomically(path, text.getvalue().encode("utf-8"), mode=0o644)
 
 
 def create_once(path: Path, data: bytes, mode: int = 0o600) -> bool:

@@ -9,12 +9,12 @@ quantities without a standard error (documented per estimator) are shown as "—
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kvldp.common.atomic_file import write_atomically, write_csv
 from kvldp.evaluation.calibration import Calibration, QuantityCalibration
 
 COVERAGE_BAND = (0.93, 0.97)
@@ -120,11 +120,7 @@ def write(rows: list[CalibrationRow], out: Path, command: str) -> list[Path]:
     """Write results.csv, README.md and (with matplotlib) coverage.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
-    with csv_path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS)
-        writer.writeheader()
-        for row in rows:
-            writer.writerow(row.record())
+    write_csv(csv_path, COLUMNS, (row.record() for row in rows))
     paths = [csv_path]
     png, note = _plot(rows, out / "coverage.png")
     paths.extend(png)
@@ -156,7 +152,7 @@ def write(rows: list[CalibrationRow], out: Path, command: str) -> list[Path]:
         ]
     )
     md = out / "README.md"
-    md.write_text(text)
+    write_atomically(md, text.encode("utf-8"), mode=0o644)
     paths.append(md)
     return paths
 

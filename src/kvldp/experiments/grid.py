@@ -11,7 +11,6 @@ the estimators', not Monte-Carlo noise between independent runs.
 
 from __future__ import annotations
 
-import csv
 import json
 import time
 import zlib
@@ -19,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from kvldp.common.atomic_file import write_atomically, write_csv
 from kvldp.common.mechanisms import create
 from kvldp.evaluation.prediction import predict
 from kvldp.evaluation.scoring import evaluate
@@ -141,16 +141,11 @@ def write(experiment: Experiment, rows: list[Row], out: Path, command: str) -> l
     out.mkdir(parents=True, exist_ok=True)
     columns = list(CSV_FIXED) + sorted({k for r in rows for k in r} - set(CSV_FIXED))
     csv_path = out / "results.csv"
-    with csv_path.open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({k: _cell_text(r.get(k)) for k in columns})
+    write_csv(csv_path, columns, ({k: _cell_text(r.get(k)) for k in columns} for r in rows))
     pngs, plot_note = plot(experiment, rows, out)
     md_path = out / "README.md"
-    md_path.write_text(
-        markdown(experiment, rows, command, [p.name for p in pngs], plot_note), encoding="utf-8"
-    )
+    text = markdown(experiment, rows, command, [p.name for p in pngs], plot_note)
+    write_atomically(md_path, text.encode("utf-8"), mode=0o644)
     return [csv_path, md_path, *pngs]
 
 

@@ -13,7 +13,6 @@ JWTs. Keys come from the ``cryptography`` package, tokens from PyJWT.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
+from kvldp.common.atomic_file import create_once, write_atomically
 from kvldp.common.errors import KvldpError
 from kvldp.gateway.tokens import valid_device_id
 
@@ -66,7 +66,8 @@ def public_jwk(key: PrivateKey, kid: str) -> dict[str, Any]:
 
 def generate(out: str | Path, algorithm: str = "EdDSA") -> tuple[Path, Path]:
     """A new key in ``out``: ``private.pem`` (mode 0600) and ``jwks.json``; refuses to
-    overwrite an existing private key. Returns both paths."""
+    overwrite an existing private key. Each file is written whole or not at all, and a key
+    whose ``jwks.json`` could not be written is removed again. Returns both paths."""
     directory = Path(out)
     key = _new_key(algorithm)
     try:
@@ -77,16 +78,19 @@ def generate(out: str | Path, algorithm: str = "EdDSA") -> tuple[Path, Path]:
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
+    kid = secrets.token_hex(8)
+    jwks = json.dumps({"keys": [public_jwk(key, kid)]}, indent=2) + "\n"
     try:
-        fd = os.open(private, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        raise KvldpError(f"{str(private)!r} exists: choose another --out or remove it first") from None
+        created = create_once(private, pem, mode=0o600)
     except OSError as exc:
         raise KvldpError(f"cannot write {str(private)!r}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "wb") as f:
-        f.write(pem)
-    kid = secrets.token_hex(8)
-    public.write_text(json.dumps({"keys": [public_jwk(key, kid)]}, indent=2) + "\n", encoding="utf-8")
+    if not created:
+        raise KvldpError(f"{str(private)!r} exists: choose another --out or remove it first")
+    try:
+        write_atomically(public, jwks.encode("utf-8"), mode=0o644)
+    except OSError as exc:
+        private.unlink()
+        raise KvldpError(f"cannot write {str(public)!r}: {exc.strerror or exc}") from None
     return private, public
 
 

@@ -43,6 +43,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
+from kvldp.common.path_checks import UnusablePath, writable_file
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
 from kvldp.common.schema import Report
@@ -152,8 +153,12 @@ class DeviceState:
 
     @classmethod
     def open(cls, path: str | Path, collection: Collection, device_id: str | None = None) -> DeviceState:
-        """Load the state at ``path``, or create (and write) a new one if there is no file."""
-        path = Path(path)
+        """Load the state at ``path``, or create (and write) a new one if there is no file;
+        a path where the state could not be kept is refused first."""
+        try:
+            path = writable_file(path, "device state")
+        except UnusablePath as exc:
+            raise InvalidDeviceState(str(exc)) from None
         if path.exists():
             return cls.load(path, collection)
         state = cls.new(collection, device_id, path)
