@@ -342,8 +342,9 @@ class WireFormat:
             out_of_time = (ts < rts - self.max_age_ms) | (ts > rts + self.max_skew_ms)
             if out_of_time.any():  # the general decoder says which, and by how much
                 fast = fast.select(~out_of_time)
+        rejected: list[tuple[int, str, str]] = []
         if fast.index.size == len(messages):  # all canonical: nothing for the general decoder
-            columns, message, rids, rejected = fast.reports, fast.index, fast.rids, []
+            columns, message, rids = fast.reports, fast.index, fast.rids
         else:
             general = np.ones(len(messages), dtype=bool)
             general[fast.index] = False
