@@ -144,7 +144,8 @@ def test_gateway_serves_the_stacks_collections_with_keys_from_the_one_shot() -> 
     """The gateway serves every collection an aggregator of the stack folds, once their
     topics exist, with the stack's Kafka client file; it reads the public key set that the
     device-keys one-shot writes (and never the private key), listens on its published
-    port, reports ready on /readyz of that port, and Prometheus scrapes that port."""
+    port, reports ready on /readyz of that port, and Prometheus scrapes its metrics port,
+    which is not published."""
     gateway, keys = SERVICES["gateway"], SERVICES["device-keys"]
     args = command_args(gateway)
     assert args[0] == "gateway"
@@ -175,7 +176,10 @@ def test_gateway_serves_the_stacks_collections_with_keys_from_the_one_shot() -> 
     assert f"http://127.0.0.1:{port}/readyz" in " ".join(gateway["healthcheck"]["test"])
     prometheus = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
     jobs = {job["job_name"]: job for job in prometheus["scrape_configs"]}
-    assert jobs["kvldp-gateway"]["static_configs"] == [{"targets": [f"gateway:{port}"]}]
+    metrics_port = option(gateway, "metrics-port")
+    assert metrics_port not in (None, port) and option(gateway, "metrics-host") == "0.0.0.0"
+    assert not any(str(metrics_port) in published for published in gateway["ports"])
+    assert jobs["kvldp-gateway"]["static_configs"] == [{"targets": [f"gateway:{metrics_port}"]}]
 
 
 def test_grafana_provisioning_matches_the_dashboard() -> None:

@@ -177,6 +177,32 @@ def test_a_report_through_the_gateway_is_the_record_the_sdk_produces(
         np.testing.assert_array_equal(through_gateway[1][name], column)
 
 
+def test_metrics_on_a_listener_of_their_own_are_off_the_devices_listener(
+    broker: EmbeddedBroker, keys: Keys
+) -> None:
+    collection = unique_collection("kvue", d=4)
+    body = sdk_messages(collection, ["d1"])[0]["value"]
+
+    async def scenario() -> None:
+        async with gateway(
+            [collection], broker.bootstrap_servers, keys, metrics_address=("127.0.0.1", 0)
+        ) as (running, base):
+            assert running.metrics_port not in (None, running.bound_port)
+            async with aiohttp.ClientSession() as session:
+                url = f"{base}/v1/collections/{collection.name}/reports"
+                assert (await post(session, url, body, keys.auth("d1")))[0] == 202
+                async with session.get(f"{base}/metrics") as response:
+                    assert response.status == 404
+                async with session.get(f"http://127.0.0.1:{running.metrics_port}/metrics") as response:
+                    assert response.status == 200
+                    text = await response.text()
+                async with session.post(f"http://127.0.0.1:{running.metrics_port}/metrics") as response:
+                    assert response.status == 405
+            assert f'kvldp_gateway_requests_total{{collection="{collection.name}",status="202"}} 1.0' in text
+
+    asyncio.run(scenario())
+
+
 def test_every_status_of_the_contract(
     broker: EmbeddedBroker, keys: Keys, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -311,7 +337,7 @@ def test_kafka_paused_or_gone_is_503_with_retry_after(own_broker: EmbeddedBroker
                 os.kill(pid, signal.SIGSTOP)
                 try:
                     status, headers, answer = await post(session, url, body, keys.auth("d2"))
-                    assert (status, answer["error"]) == (503, "unavailable") and int(
+                    assert (status, answer.get("error")) == (503, "unavailable") and int(
                         headers["Retry-After"]
                     ) >= 1
                     async with session.get(f"{base}/readyz") as response:
@@ -325,7 +351,7 @@ def test_kafka_paused_or_gone_is_503_with_retry_after(own_broker: EmbeddedBroker
                 assert (await post(session, url, body, keys.auth("d3")))[0] == 202
                 own_broker.stop()
                 status, headers, answer = await post(session, url, body, keys.auth("d4"))
-                assert (status, answer["error"]) == (503, "unavailable") and "Retry-After" in headers
+                assert (status, answer.get("error")) == (503, "unavailable") and "Retry-After" in headers
             text = running.metrics.exposition().decode()
             assert f'kvldp_gateway_produce_errors_total{{collection="{collection.name}"}} 2.0' in text
 
@@ -536,6 +562,7 @@ def test_with_its_own_certificate_it_serves_https_and_says_so(
         (["--jwks", "http://127.0.0.1:1/jwks.json"], "https:// only"),
         (["--tls-cert", "c.toml"], "--tls-cert and --tls-key go together"),
         (["--port", "70000"], "expected 0 to 65535"),
+        (["--metrics-port", "-1"], "--metrics-port -1: expected 0 to 65535"),
         (["--device-rate", "0"], "--device-rate"),
         (["--audience", " "], "--audience must not be empty"),
     ],

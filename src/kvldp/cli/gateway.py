@@ -42,6 +42,12 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
     p.add_argument("--port", type=int, default=8080, help="0 = any free port")
     p.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve /metrics on this port only (plain HTTP; 0 = any free port) instead of beside the reports",
+    )
+    p.add_argument("--metrics-host", default="127.0.0.1", help="bind address of --metrics-port")
+    p.add_argument(
         "--tls-cert", metavar="PEM", type=FileToRead, help="serve HTTPS with this certificate chain"
     )
     p.add_argument("--tls-key", metavar="PEM", type=FileToRead, help="private key of --tls-cert")
@@ -78,8 +84,9 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise KvldpError("--tls-cert and --tls-key go together")
     if "://" not in args.jwks:  # a file, checked like the other paths (a URL is fetched later)
         readable_file(args.jwks, "--jwks")
-    if not 0 <= args.port <= 65535:
-        raise KvldpError(f"--port {args.port}: expected 0 to 65535")
+    for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
+        if port is not None and not 0 <= port <= 65535:
+            raise KvldpError(f"{flag} {port}: expected 0 to 65535")
     if not args.audience.strip():
         raise KvldpError("--audience must not be empty")
     collections = [load_collection(path) for path in args.collection]
@@ -90,6 +97,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         device_burst=float(args.device_burst),
         produce_timeout=args.produce_timeout,
         max_connections=args.max_connections,
+        metrics_address=None if args.metrics_port is None else (args.metrics_host, args.metrics_port),
     )
     security = HttpSecurity(args.tls_cert, args.tls_key)
     gateway = Gateway(collections, kafka, verifier, args.host, args.port, settings, security)
@@ -99,6 +107,8 @@ def cmd_gateway(args: argparse.Namespace) -> int:
 
     def ready(g: Gateway) -> None:
         print(f"gateway={scheme}://{args.host}:{g.bound_port}", flush=True)
+        if g.metrics_port is not None:
+            print(f"metrics=http://{args.metrics_host}:{g.metrics_port}", flush=True)
 
     async def serve(stop: asyncio.Event) -> None:
         await gateway.run(stop, ready)

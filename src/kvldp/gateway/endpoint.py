@@ -4,7 +4,9 @@ HTTP server, from start to a clean stop.
 :meth:`Gateway.run` connects the producer, starts serving, reports the bound port, and on
 the stop event (SIGTERM or Ctrl-C from the command line) stops accepting connections,
 lets requests in flight finish (up to the produce timeout and a second), delivers what the
-producer still holds and returns.
+producer still holds and returns. With :attr:`GatewaySettings.metrics_address`,
+``/metrics`` has a listener of its own (a scraper's private address) and the devices'
+listener answers 404 for it.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ class GatewaySettings:
     head_timeout: float = 10.0
     body_timeout: float = 20.0
     keepalive_timeout: float = 75.0
+    #: where ``/metrics`` is served on its own (host, port; port 0: a free one), off the
+    #: devices' listener; None serves it beside the reports
+    metrics_address: tuple[str, int] | None = None
 
 
 class Gateway:
@@ -83,20 +88,28 @@ class Gateway:
             max_connections=s.max_connections,
             shutdown_grace=s.produce_timeout + 1.0,
         )
+        own_metrics = self.settings.metrics_address is not None
         self.server = WebServer(
-            self.routes.table(),
+            self.routes.table(with_metrics=not own_metrics),
             ("GET", "POST"),
             self.limits,
             self.security,
             refusal=refusal,
             middlewares=[measured(self.metrics, self.checks)],
         )
+        #: the listener of ``/metrics`` alone (plain HTTP, for a scraper on a private network)
+        self.metrics_server = (
+            WebServer(self.routes.metrics_table(), ("GET", "HEAD"), refusal=refusal) if own_metrics else None
+        )
         self.bound_port: int | None = None
+        self.metrics_port: int | None = None
 
     async def run(self, stop: asyncio.Event, ready: Callable[[Gateway], None] | None = None) -> None:
         """Serve until ``stop`` is set, then drain and close (see the module docstring)."""
         await self.forwarder.start()
         try:
+            if self.metrics_server is not None and self.settings.metrics_address is not None:
+                self.metrics_port = await self.metrics_server.start(*self.settings.metrics_address)
             self.bound_port = await self.server.start(self.host, self.port)
             try:
                 if ready is not None:
@@ -105,4 +118,8 @@ class Gateway:
             finally:
                 await self.server.close()
         finally:
-            await self.forwarder.stop()
+            try:
+                if self.metrics_server is not None:
+                    await self.metrics_server.close()
+            finally:
+                await self.forwarder.stop()

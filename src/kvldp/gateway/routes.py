@@ -7,7 +7,8 @@ token's subject (403), the content type (415), the device's rate (429), the body
 keyed by the device (503 when Kafka does not acknowledge in time) and answers 202. The
 checks that cost least come first, so a flooding or unauthenticated client costs little.
 ``GET /healthz`` answers while the process runs, ``GET /readyz`` while Kafka answers,
-``GET /metrics`` serves :mod:`kvldp.gateway.instruments`.
+``GET /metrics`` serves :mod:`kvldp.gateway.instruments`, on the public listener or on
+a listener of its own.
 """
 
 from __future__ import annotations
@@ -47,13 +48,18 @@ class Routes:
     forwarder: Forwarder
     metrics: GatewayMetrics
 
-    def table(self) -> list[web.RouteDef]:
-        return [
+    def table(self, with_metrics: bool = True) -> list[web.RouteDef]:
+        """The public routes; ``/metrics`` among them unless it has a listener of its own
+        (:meth:`metrics_table`)."""
+        routes = [
             web.post("/v1/collections/{name}/reports", self.post_reports),
             web.get("/healthz", self.healthz),
             web.get("/readyz", self.readyz),
-            web.get("/metrics", self.serve_metrics),
         ]
+        return [*routes, *self.metrics_table()] if with_metrics else routes
+
+    def metrics_table(self) -> list[web.RouteDef]:
+        return [web.get("/metrics", self.serve_metrics)]
 
     async def post_reports(self, request: web.Request) -> web.StreamResponse:
         try:
