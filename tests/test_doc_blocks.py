@@ -1,0 +1,265 @@
+"""Every code block of the documentation is run, checked or declared output, so that no
+snippet can stop working unnoticed.
+
+The documents are the README, deploy/README.md and everything under docs/
+(:func:`support.doc_blocks.documents`). Each block is tagged with its language:
+
+- ``sh``, ``bash``, ``console`` and ``python`` blocks of one document run in order, as
+  one bash script (``set -euo pipefail``, the environment's ``bin`` first on ``PATH``) in
+  a fresh directory holding what a reader of a clone has (``deploy/collections``); a
+  Python block runs there as a script of its own, seeing the shell's exported variables.
+  A block that exits non-zero, or runs longer than :data:`BLOCK_TIMEOUT`, fails the
+  test; services a block starts with ``&`` are stopped at the end. Ports are free ones
+  only where a line says ``# pick a port``;
+- ``toml`` blocks are collection files (or tables of one) and must load with kvldp's
+  collection loader; ``properties`` blocks are Kafka client files and must read with
+  kvldp's properties reader and Kafka settings;
+- ``text`` blocks (output, listings, diagrams) are not run; an untagged block fails.
+
+A block that cannot run here (a Docker engine, a managed cluster, an hour's computation)
+carries ``<!-- doc-test: not run: REASON -->``; there are at most :data:`MOST_EXEMPT`
+of them. Every ``kvldp`` command line, in every shell block, exempt or not, and in
+inline code of the prose, must parse with kvldp's own argument parser.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import itertools
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kvldp.cli import build_parser
+from kvldp.common.collection_file import parse_collection
+from kvldp.kafka.client_config import kafka_config
+from kvldp.kafka.properties_file import parse_properties
+
+from support.doc_blocks import (
+    CHECKED,
+    LANGUAGES,
+    RUN,
+    SHELL,
+    Block,
+    blocks,
+    documents,
+    kvldp_commands,
+    prose_commands,
+    shell_lines,
+    with_free_ports,
+)
+from support.package import REPO
+
+#: the most blocks that may be exempt from running
+MOST_EXEMPT = 16
+#: seconds one block may run
+BLOCK_TIMEOUT = 120.0
+#: what a reader of a clone has in the directory the commands run in
+CLONE_FILES = ("deploy/collections",)
+#: the smallest collection a ``toml`` block holding only tables is checked in
+BASE_COLLECTION = 'name = "doc"\nmechanism = "pckv_ue"\nepsilon = 1.0\nkeys = ["a", "b"]\nvalue_range = [0.0, 1.0]\n'
+#: client-file keys naming files on the reader's machine
+FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
+
+ALL = [block for doc in documents() for block in blocks(doc)]
+def runs(block: Block) -> bool:
+    return block.language in RUN and block.exemption is None
+
+
+RUNNABLE_DOCS = [doc for doc in documents() if any(runs(block) for block in blocks(doc))]
+
+
+def test_every_block_is_tagged_with_a_known_language() -> None:
+    untagged = [f"{b.where} ({b.language or 'untagged'})" for b in ALL if b.language not in LANGUAGES]
+    assert not untagged, f"tag these blocks with one of {sorted(LANGUAGES)}: {untagged}"
+
+
+def test_every_directive_is_understood_and_every_exemption_says_why() -> None:
+    unknown = [b.where for b in ALL if b.directive is not None and b.exemption is None and b.saved_as is None]
+    assert not unknown, f"doc-test comments must be 'not run: REASON' or 'save as FILE': {unknown}"
+    bare = [b.where for b in ALL if b.exemption == ""]
+    assert not bare, f"these blocks are not run and do not say why: {bare}"
+    exempt = [f"{b.where}: {b.exemption}" for b in ALL if b.exemption]
+    assert len(exempt) <= MOST_EXEMPT, "\n".join(exempt)
+
+
+def parse_error(argv: list[str]) -> str | None:
+    """What kvldp's argument parser says about ``kvldp ARGV``; None when it parses."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            build_parser().parse_args(argv)
+        except SystemExit as exc:
+            return None if exc.code == 0 else stderr.getvalue().strip().splitlines()[-1]
+    return None
+
+
+def flag_error(words: list[str]) -> str | None:
+    """What is wrong with the command and flags of ``kvldp WORDS`` written in prose,
+    where values may be placeholders and required flags left out: an unknown command or
+    flag; None when there is none."""
+    parser = build_parser()
+    rest = list(words)
+    while commands := [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]:
+        if not rest or rest[0] not in commands[0].choices:
+            if parser.prog == "kvldp":
+                return f"no command {rest[:1]}"
+            break
+        parser = commands[0].choices[rest.pop(0)]
+    flags = [word.lstrip("[").split("=")[0] for word in rest if re.match(r"\[?--?[A-Za-z]", word)]
+    unknown = [flag for flag in flags if flag not in parser._option_string_actions]
+    return f"{parser.prog} has no {', '.join(unknown)}" if unknown else None
+
+
+def test_every_kvldp_command_of_the_docs_parses() -> None:
+    """Every command of a shell block, exempt or not, as a whole; every one of the prose
+    by its command and flags."""
+    commands = [
+        (b.where, argv)
+        for b in ALL
+        if b.language in SHELL
+        for line in shell_lines(b.text)
+        for argv in kvldp_commands(line)
+    ]
+    assert len(commands) > 50
+    wrong = [f"{where}: kvldp {' '.join(argv)}: {error}" for where, argv in commands if (error := parse_error(argv))]
+    in_prose = [(f"{doc}:{line}", command.split()[1:]) for doc in documents() for line, command in prose_commands(doc)]
+    assert len(in_prose) > 100
+    wrong += [f"{where}: kvldp {' '.join(words)}: {error}" for where, words in in_prose if (error := flag_error(words))]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_command_checks_refuse_a_wrong_flag() -> None:
+    assert parse_error(["aggregate", "--collection", "c.toml"]) is None
+    error = parse_error(["aggregate", "--collection", "c.toml", "--colection", "c.toml"])
+    assert error is not None and "--colection" in error
+    assert flag_error(["bench", "estimate", "--keys", "d"]) is None
+    assert flag_error(["bench", "estimate", "--colection"]) == "kvldp bench estimate has no --colection"
+    assert flag_error(["aggregat"]) == "no command ['aggregat']"
+    assert kvldp_commands("x=$(kvldp a --b c) && kvldp d | tee f  # kvldp e") == [["a", "--b", "c"], ["d"]]
+
+
+@pytest.mark.parametrize("block", [b for b in ALL if b.language in CHECKED], ids=lambda b: b.where)
+def test_every_collection_and_client_file_block_reads(block: Block) -> None:
+    if block.language == "toml":
+        text = block.text if block.text.lstrip().startswith("name") else BASE_COLLECTION + block.text
+        parse_collection(tomllib.loads(text), source=block.where)
+    else:
+        entries = parse_properties(block.text.encode(), block.where)
+        for key in FILE_KEYS:
+            entries.pop(key, None)
+        kafka_config(entries, block.where)
+
+
+def free_ports() -> Iterator[int]:
+    """Ports nothing listens on at the moment each is asked for."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            yield sock.getsockname()[1]
+
+
+#: a bash function failing the script when a service started with & has ended with a
+#: status other than 0 (127: the document waited for it itself, and saw its status)
+SERVICES_CHECK = """doc_test_services_ran() {
+  local pid status
+  for pid in "${!DOC_TEST_SERVICES[@]}"; do
+    kill -0 "$pid" 2>/dev/null && continue
+    unset "DOC_TEST_SERVICES[$pid]"
+    status=0
+    wait "$pid" || status=$?
+    if [[ $status != 0 && $status != 127 ]]; then
+      echo "doc-test: a service started with & ended with status $status" >&2
+      exit 1
+    fi
+  done
+}"""
+
+
+def script(doc: str, work: Path) -> str:
+    """The document's runnable blocks as one bash script run in ``work``: a line per
+    block into ``.doc-test/current`` first, so that a failure names its block."""
+    ports = free_ports()
+    parts = [
+        "set -euo pipefail",
+        f'export PATH="{Path(sys.executable).parent}:$PATH"',
+        # services started with & stop when the script ends, however it ends
+        "trap 'kill $(jobs -p) 2>/dev/null || true; wait' EXIT",
+        # and each is remembered, so that one that fails is seen after its block
+        "DOC_TEST_SERVICES=()",
+        "trap 'if [[ -n ${!:-} ]]; then DOC_TEST_SERVICES[$!]=1; fi' DEBUG",
+        SERVICES_CHECK,
+    ]
+    for index, block in enumerate(blocks(doc)):
+        if block.saved_as:
+            (work / block.saved_as).write_text(block.text)
+        if not runs(block):
+            continue
+        parts.append(f"echo {block.where} > .doc-test/current")
+        if block.language == "python":
+            source = work / ".doc-test" / f"block{index}.py"
+            source.write_text(block.text)
+            parts.append(f"python {source}")
+        else:
+            parts.append(with_free_ports(block.text, ports))
+        parts.append("doc_test_services_ran")
+    parts.append("echo done > .doc-test/current")
+    return "\n".join(parts) + "\n"
+
+
+def current(work: Path) -> str:
+    marker = work / ".doc-test" / "current"
+    return marker.read_text().strip() if marker.exists() else "the prelude"
+
+
+@pytest.mark.parametrize("doc", RUNNABLE_DOCS)
+def test_the_shell_and_python_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / ".doc-test").mkdir()
+    for name in CLONE_FILES:
+        shutil.copytree(REPO / name, work / name)
+    (work / ".doc-test" / "script.sh").write_text(script(doc, work))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KVLDP_")}
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        shell = subprocess.Popen(
+            ["bash", ".doc-test/script.sh"],
+            cwd=work,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        block, started = current(work), time.monotonic()
+        while shell.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                shell.wait(timeout=0.5)
+            if current(work) != block:
+                block, started = current(work), time.monotonic()
+            assert time.monotonic() - started < BLOCK_TIMEOUT, f"{block} ran longer than {BLOCK_TIMEOUT:g} s:\n{log.read_text()[-3000:]}"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(shell.pid, signal.SIGKILL)
+        shell.wait()
+    assert shell.returncode == 0 and current(work) == "done", f"{current(work)} failed:\n{log.read_text()[-4000:]}"
+
+
+def test_the_runner_names_the_failing_block(tmp_path: Path) -> None:
+    ports = free_ports()
+    assert with_free_ports("P=9108   # pick a port\nQ=9108\n", ports).count("9108") == 1
+    assert len(list(itertools.islice(ports, 2))) == 2
