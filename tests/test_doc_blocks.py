@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import itertools
 import os
 import re
 import shutil
@@ -37,7 +36,8 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -63,17 +63,23 @@ from support.doc_blocks import (
 from support.package import REPO
 
 #: the most blocks that may be exempt from running
-MOST_EXEMPT = 16
+MOST_EXEMPT = 15
 #: seconds one block may run
 BLOCK_TIMEOUT = 120.0
 #: what a reader of a clone has in the directory the commands run in
 CLONE_FILES = ("deploy/collections",)
 #: the smallest collection a ``toml`` block holding only tables is checked in
-BASE_COLLECTION = 'name = "doc"\nmechanism = "pckv_ue"\nepsilon = 1.0\nkeys = ["a", "b"]\nvalue_range = [0.0, 1.0]\n'
+BASE_COLLECTION = (
+    'name = "doc"\nmechanism = "pckv_ue"\nepsilon = 1.0\nkeys = ["a", "b"]\nvalue_range = [0.0, 1.0]\n'
+)
+#: a shell variable set to a plain value
+ASSIGNED = re.compile(r"^\s*(\w+)=([\w.:/-]+)", re.M)
 #: client-file keys naming files on the reader's machine
 FILE_KEYS = ("ssl.ca.location", "ssl.certificate.location", "ssl.key.location")
 
 ALL = [block for doc in documents() for block in blocks(doc)]
+
+
 def runs(block: Block) -> bool:
     return block.language in RUN and block.exemption is None
 
@@ -95,12 +101,17 @@ def test_every_directive_is_understood_and_every_exemption_says_why() -> None:
     assert len(exempt) <= MOST_EXEMPT, "\n".join(exempt)
 
 
+@cache
+def parser() -> argparse.ArgumentParser:
+    return build_parser()
+
+
 def parse_error(argv: list[str]) -> str | None:
     """What kvldp's argument parser says about ``kvldp ARGV``; None when it parses."""
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
         try:
-            build_parser().parse_args(argv)
+            parser().parse_args(argv)
         except SystemExit as exc:
             return None if exc.code == 0 else stderr.getvalue().strip().splitlines()[-1]
     return None
@@ -110,17 +121,23 @@ def flag_error(words: list[str]) -> str | None:
     """What is wrong with the command and flags of ``kvldp WORDS`` written in prose,
     where values may be placeholders and required flags left out: an unknown command or
     flag; None when there is none."""
-    parser = build_parser()
+    command = parser()
     rest = list(words)
-    while commands := [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]:
-        if not rest or rest[0] not in commands[0].choices:
-            if parser.prog == "kvldp":
+    while actions := [a for a in command._actions if isinstance(a, argparse._SubParsersAction)]:
+        if not rest or rest[0] not in actions[0].choices:
+            if command.prog == "kvldp":
                 return f"no command {rest[:1]}"
             break
-        parser = commands[0].choices[rest.pop(0)]
-    flags = [word.lstrip("[").split("=")[0] for word in rest if re.match(r"\[?--?[A-Za-z]", word)]
-    unknown = [flag for flag in flags if flag not in parser._option_string_actions]
-    return f"{parser.prog} has no {', '.join(unknown)}" if unknown else None
+        command = actions[0].choices[rest.pop(0)]
+    flags = [word.strip("[]").split("=")[0] for word in rest if re.match(r"\[?--?[A-Za-z]", word)]
+    unknown = [flag for flag in flags if flag not in command._option_string_actions]
+    return f"{command.prog} has no {', '.join(unknown)}" if unknown else None
+
+
+def expanded(block: Block) -> str:
+    """A shell block with the variables its document sets to a plain value put in."""
+    values = dict(ASSIGNED.findall("".join(b.text for b in blocks(block.doc) if b.language in SHELL)))
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: values.get(m.group(1), m.group(0)), block.text)
 
 
 def test_every_kvldp_command_of_the_docs_parses() -> None:
@@ -130,14 +147,24 @@ def test_every_kvldp_command_of_the_docs_parses() -> None:
         (b.where, argv)
         for b in ALL
         if b.language in SHELL
-        for line in shell_lines(b.text)
+        for line in shell_lines(expanded(b))
         for argv in kvldp_commands(line)
     ]
-    assert len(commands) > 50
-    wrong = [f"{where}: kvldp {' '.join(argv)}: {error}" for where, argv in commands if (error := parse_error(argv))]
-    in_prose = [(f"{doc}:{line}", command.split()[1:]) for doc in documents() for line, command in prose_commands(doc)]
+    assert len(commands) > 30
+    wrong = [
+        f"{where}: kvldp {' '.join(argv)}: {error}"
+        for where, argv in commands
+        if (error := parse_error(argv))
+    ]
+    in_prose = [
+        (f"{doc}:{line}", command.split()[1:]) for doc in documents() for line, command in prose_commands(doc)
+    ]
     assert len(in_prose) > 100
-    wrong += [f"{where}: kvldp {' '.join(words)}: {error}" for where, words in in_prose if (error := flag_error(words))]
+    wrong += [
+        f"{where}: kvldp {' '.join(words)}: {error}"
+        for where, words in in_prose
+        if (error := flag_error(words))
+    ]
     assert not wrong, "\n".join(wrong)
 
 
@@ -188,9 +215,10 @@ SERVICES_CHECK = """doc_test_services_ran() {
 }"""
 
 
-def script(doc: str, work: Path) -> str:
-    """The document's runnable blocks as one bash script run in ``work``: a line per
-    block into ``.doc-test/current`` first, so that a failure names its block."""
+def script(runnable: Sequence[Block], work: Path) -> str:
+    """Blocks as one bash script run in ``work``, each first writing where it is into
+    ``.doc-test/current`` so that a failure names its block. Files the text tells the
+    reader to save are written into ``work``."""
     ports = free_ports()
     parts = [
         "set -euo pipefail",
@@ -202,7 +230,7 @@ def script(doc: str, work: Path) -> str:
         "trap 'if [[ -n ${!:-} ]]; then DOC_TEST_SERVICES[$!]=1; fi' DEBUG",
         SERVICES_CHECK,
     ]
-    for index, block in enumerate(blocks(doc)):
+    for index, block in enumerate(runnable):
         if block.saved_as:
             (work / block.saved_as).write_text(block.text)
         if not runs(block):
@@ -219,21 +247,15 @@ def script(doc: str, work: Path) -> str:
     return "\n".join(parts) + "\n"
 
 
-def current(work: Path) -> str:
+def run_blocks(runnable: Sequence[Block], work: Path, timeout: float = BLOCK_TIMEOUT) -> str | None:
+    """Run the blocks in ``work`` (:func:`script`): None when every one succeeded, else
+    which block failed or ran longer than ``timeout`` seconds, with the end of the output.
+    Whatever is still running at the end is stopped (SIGTERM, then SIGKILL)."""
+    (work / ".doc-test").mkdir(parents=True)
     marker = work / ".doc-test" / "current"
-    return marker.read_text().strip() if marker.exists() else "the prelude"
-
-
-@pytest.mark.parametrize("doc", RUNNABLE_DOCS)
-def test_the_shell_and_python_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    work.mkdir()
-    (work / ".doc-test").mkdir()
-    for name in CLONE_FILES:
-        shutil.copytree(REPO / name, work / name)
-    (work / ".doc-test" / "script.sh").write_text(script(doc, work))
+    (work / ".doc-test" / "script.sh").write_text(script(runnable, work))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KVLDP_")}
-    log = tmp_path / "log.txt"
+    log = work / ".doc-test" / "log.txt"
     with log.open("w") as out:
         shell = subprocess.Popen(
             ["bash", ".doc-test/script.sh"],
@@ -244,22 +266,61 @@ def test_the_shell_and_python_blocks_run_as_written(doc: str, tmp_path: Path) ->
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+
+    def where() -> str:
+        return marker.read_text().strip() if marker.exists() else "the prelude"
+
+    block, started, failure = where(), time.monotonic(), None
     try:
-        block, started = current(work), time.monotonic()
-        while shell.poll() is None:
+        while shell.poll() is None and failure is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 shell.wait(timeout=0.5)
-            if current(work) != block:
-                block, started = current(work), time.monotonic()
-            assert time.monotonic() - started < BLOCK_TIMEOUT, f"{block} ran longer than {BLOCK_TIMEOUT:g} s:\n{log.read_text()[-3000:]}"
+            if where() != block:
+                block, started = where(), time.monotonic()
+            if time.monotonic() - started > timeout:
+                failure = f"{block} ran longer than {timeout:g} s"
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(shell.pid, signal.SIGKILL)
-        shell.wait()
-    assert shell.returncode == 0 and current(work) == "done", f"{current(work)} failed:\n{log.read_text()[-4000:]}"
+        for stop in (signal.SIGTERM, signal.SIGKILL):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(shell.pid, stop)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                shell.wait(timeout=30)
+    if failure is None and (shell.returncode != 0 or where() != "done"):
+        failure = f"{where()} failed (status {shell.returncode})"
+    return None if failure is None else f"{failure}:\n{log.read_text()[-4000:]}"
 
 
-def test_the_runner_names_the_failing_block(tmp_path: Path) -> None:
+@pytest.mark.parametrize("doc", RUNNABLE_DOCS)
+def test_the_shell_and_python_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
+    for name in CLONE_FILES:
+        shutil.copytree(REPO / name, tmp_path / name)
+    failure = run_blocks(blocks(doc), tmp_path)
+    assert failure is None, failure
+
+
+def sample(*texts: str, language: str = "sh") -> list[Block]:
+    return [Block("sample.md", line, language, text, None) for line, text in enumerate(texts, start=1)]
+
+
+def test_the_runner_names_a_failing_block(tmp_path: Path) -> None:
+    failure = run_blocks(sample("true", "echo ran > out.txt; false", "touch never"), tmp_path)
+    assert failure is not None and failure.startswith("sample.md:2 failed (status 1)")
+    assert (tmp_path / "out.txt").exists() and not (tmp_path / "never").exists()
+
+
+def test_the_runner_fails_a_service_that_died(tmp_path: Path) -> None:
+    failure = run_blocks(sample("(exit 3) &", "wait -n || true; true"), tmp_path)
+    assert failure is not None and "a service started with & ended with status 3" in failure
+
+
+def test_the_runner_stops_a_block_that_runs_too_long(tmp_path: Path) -> None:
+    failure = run_blocks(sample("true", "sleep 600"), tmp_path, timeout=1)
+    assert failure is not None and failure.startswith("sample.md:2 ran longer than 1 s")
+
+
+def test_the_runner_runs_python_and_picks_ports_where_the_text_says(tmp_path: Path) -> None:
     ports = free_ports()
     assert with_free_ports("P=9108   # pick a port\nQ=9108\n", ports).count("9108") == 1
-    assert len(list(itertools.islice(ports, 2))) == 2
+    python = sample("import os; open('env.txt', 'w').write(os.environ['X'])", language="python")
+    assert run_blocks([*sample("export X=1"), *python], tmp_path) is None
+    assert (tmp_path / "env.txt").read_text() == "1"

@@ -21,7 +21,6 @@ import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
 from markdown_it import MarkdownIt
 from markdown_it.token import Token
@@ -95,7 +94,9 @@ def blocks(doc: str) -> tuple[Block, ...]:
         if token.type != "fence":
             continue
         before = tokens[index - 1] if index else None
-        directive = DIRECTIVE.fullmatch(before.content.strip()) if before and before.type == "html_block" else None
+        directive = (
+            DIRECTIVE.fullmatch(before.content.strip()) if before and before.type == "html_block" else None
+        )
         assert token.map is not None
         found.append(
             Block(
@@ -107,6 +108,11 @@ def blocks(doc: str) -> tuple[Block, ...]:
             )
         )
     return tuple(found)
+
+
+def first_block(doc: str, language: str) -> str:
+    """The text of ``doc``'s first block tagged ``language``."""
+    return next(block.text for block in blocks(doc) if block.language == language)
 
 
 def with_free_ports(script: str, port: Iterator[int]) -> str:
