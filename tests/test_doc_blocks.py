@@ -198,9 +198,22 @@ def free_ports() -> Iterator[int]:
             yield sock.getsockname()[1]
 
 
-#: a bash function failing the script when a service started with & has ended with a
-#: status other than 0 (127: the document waited for it itself, and saw its status)
-SERVICES_CHECK = """doc_test_services_ran() {
+#: bash functions keeping the services a script starts with &: each is remembered in
+#: the order it started (a DEBUG trap sees ``$!`` change); one that has ended with a
+#: status other than 0 fails the script after its block (127: the document waited for it
+#: itself and saw its status); at the end, the script's last block run or failed, they stop, the last started first, each
+#: waited for, since a service may need one started before it (the broker) to stop
+SERVICES = """DOC_TEST_SERVICES=()
+DOC_TEST_ORDER=()
+DOC_TEST_LAST=
+doc_test_started_service() {
+  if [[ -n ${!:-} && ${!} != "$DOC_TEST_LAST" ]]; then
+    DOC_TEST_LAST=$!
+    DOC_TEST_SERVICES[$!]=1
+    DOC_TEST_ORDER+=("$!")
+  fi
+}
+doc_test_services_ran() {
   local pid status
   for pid in "${!DOC_TEST_SERVICES[@]}"; do
     kill -0 "$pid" 2>/dev/null && continue
@@ -211,6 +224,17 @@ SERVICES_CHECK = """doc_test_services_ran() {
       echo "doc-test: a service started with & ended with status $status" >&2
       exit 1
     fi
+  done
+}
+doc_test_stop_services() {
+  local i
+  trap - DEBUG
+  if [[ -e .doc-test/done ]]; then
+    echo "stopping the services started with &" > .doc-test/current
+  fi
+  for ((i = ${#DOC_TEST_ORDER[@]} - 1; i >= 0; i--)); do
+    kill "${DOC_TEST_ORDER[i]}" 2>/dev/null || true
+    wait "${DOC_TEST_ORDER[i]}" 2>/dev/null || true
   done
 }"""
 
@@ -223,12 +247,9 @@ def script(runnable: Sequence[Block], work: Path) -> str:
     parts = [
         "set -euo pipefail",
         f'export PATH="{Path(sys.executable).parent}:$PATH"',
-        # services started with & stop when the script ends, however it ends
-        "trap 'kill $(jobs -p) 2>/dev/null || true; wait' EXIT",
-        # and each is remembered, so that one that fails is seen after its block
-        "DOC_TEST_SERVICES=()",
-        "trap 'if [[ -n ${!:-} ]]; then DOC_TEST_SERVICES[$!]=1; fi' DEBUG",
-        SERVICES_CHECK,
+        SERVICES,
+        "trap doc_test_started_service DEBUG",
+        "trap doc_test_stop_services EXIT",
     ]
     for index, block in enumerate(runnable):
         if block.saved_as:
@@ -243,7 +264,7 @@ def script(runnable: Sequence[Block], work: Path) -> str:
         else:
             parts.append(with_free_ports(block.text, ports))
         parts.append("doc_test_services_ran")
-    parts.append("echo done > .doc-test/current")
+    parts.append("touch .doc-test/done")
     return "\n".join(parts) + "\n"
 
 
@@ -285,7 +306,7 @@ def run_blocks(runnable: Sequence[Block], work: Path, timeout: float = BLOCK_TIM
                 os.killpg(shell.pid, stop)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 shell.wait(timeout=30)
-    if failure is None and (shell.returncode != 0 or where() != "done"):
+    if failure is None and (shell.returncode != 0 or not (work / ".doc-test" / "done").exists()):
         failure = f"{where()} failed (status {shell.returncode})"
     return None if failure is None else f"{failure}:\n{log.read_text()[-4000:]}"
 
