@@ -4,22 +4,24 @@ snippet can stop working unnoticed.
 The documents are the README, deploy/README.md and everything under docs/
 (:func:`support.doc_blocks.documents`). Each block is tagged with its language:
 
-- ``sh``, ``bash``, ``console`` and ``python`` blocks of one document run in order, as
+- ``sh``, ``bash`` and ``python`` blocks of one document run in order, as
   one bash script (``set -euo pipefail``, the environment's ``bin`` first on ``PATH``) in
   a fresh directory holding what a reader of a clone has (``deploy/collections``); a
   Python block runs there as a script of its own, seeing the shell's exported variables.
   A block that exits non-zero, or runs longer than :data:`BLOCK_TIMEOUT`, fails the
-  test; services a block starts with ``&`` are stopped at the end. Ports are free ones
-  only where a line says ``# pick a port``;
+  test, and so does a service a block starts with ``&`` that ends with a failure; the
+  services still running are stopped at the end. Ports are free ones only where a line
+  says ``# pick a port``;
 - ``toml`` blocks are collection files (or tables of one) and must load with kvldp's
   collection loader; ``properties`` blocks are Kafka client files and must read with
   kvldp's properties reader and Kafka settings;
 - ``text`` blocks (output, listings, diagrams) are not run; an untagged block fails.
 
-A block that cannot run here (a Docker engine, a managed cluster, an hour's computation)
+A block that cannot run here (a Docker engine, a managed cluster, a long computation)
 carries ``<!-- doc-test: not run: REASON -->``; there are at most :data:`MOST_EXEMPT`
-of them. Every ``kvldp`` command line, in every shell block, exempt or not, and in
-inline code of the prose, must parse with kvldp's own argument parser.
+of them. Every ``kvldp`` command line of every shell block, exempt or not, must parse
+with kvldp's own argument parser; every ``kvldp ...`` of the prose (inline code, tables
+included), where values may be placeholders, must name a command and flags it has.
 """
 
 from __future__ import annotations

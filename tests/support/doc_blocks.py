@@ -6,7 +6,7 @@ what a reader sees as one. An HTML comment right before a block (invisible on th
 rendered page) says how the tests treat it, in one of two forms:
 
 - ``<!-- doc-test: not run: REASON -->``: the block cannot run here (a Docker engine, a
-  managed cluster, an hour of computing); its ``kvldp`` command lines are still parsed;
+  managed cluster, a long computation); its ``kvldp`` command lines are still parsed;
 - ``<!-- doc-test: save as FILE -->``: the block is a file the text tells the reader to
   save; the shell blocks after it find it under that name.
 
@@ -28,7 +28,7 @@ from markdown_it.token import Token
 from support.package import REPO
 
 #: the languages a block may be tagged with, by what the tests do with it
-SHELL = frozenset({"sh", "bash", "console"})
+SHELL = frozenset({"sh", "bash"})
 RUN = SHELL | {"python"}
 CHECKED = frozenset({"toml", "properties"})
 #: output, listings, diagrams: read, never run
@@ -121,8 +121,7 @@ def with_free_ports(script: str, port: Iterator[int]) -> str:
 
 
 def shell_lines(script: str) -> list[str]:
-    """The lines of a shell block as the shell reads them: continuations joined, and for
-    a ``console`` transcript only the commands (``$ `` lines)."""
+    """The lines of a shell block as the shell reads them (continuations joined)."""
     joined = re.sub(r"\\\n", " ", script)
     return [line for line in joined.splitlines() if line.strip()]
 
@@ -131,7 +130,6 @@ def kvldp_commands(line: str) -> list[list[str]]:
     """The argument lists of the ``kvldp`` commands of one shell line: ``kvldp`` in
     command position (first, after a separator, ``$(`` or variable assignments), up to
     the next separator, redirection or comment."""
-    line = re.sub(r"^\s*\$\s", "", line)
     lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split = True
     lexer.commenters = "#"
