@@ -313,6 +313,7 @@ def run_blocks(runnable: Sequence[Block], work: Path, timeout: float = BLOCK_TIM
     return None if failure is None else f"{failure}:\n{log.read_text()[-4000:]}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", RUNNABLE_DOCS)
 def test_the_shell_and_python_blocks_run_as_written(doc: str, tmp_path: Path) -> None:
     for name in CLONE_FILES:
