@@ -32,6 +32,8 @@ from kvldp.kafka.properties_file import parse_properties
 from kvldp.producer.collector import Collector
 from kvldp.sim.record_replay import replay
 
+from support.doc_blocks import first_block
+
 SECRET = "pa55-W0rd-never-shown"
 
 
@@ -373,9 +375,7 @@ def test_the_readme_documents_every_key_with_a_file_that_reads() -> None:
     text = (Path(__file__).parents[1] / "README.md").read_text()
     missing = [key for key in KNOWN_KEYS if key not in text]
     assert not missing, f"README.md does not document {missing}"
-    example = re.search(r"```properties\n(.*?)```", text, re.S)
-    assert example is not None
-    entries = parse_properties(example.group(1).encode(), "README.md")
+    entries = parse_properties(first_block("README.md", "properties").encode(), "README.md")
     assert entries.pop("ssl.ca.location") == "/etc/kvldp/ca.pem"  # a path on the reader's machine
     config = kafka_config(entries, "README.md")
     assert (config.security_protocol, config.sasl_mechanism) == ("SASL_SSL", "SCRAM-SHA-512")

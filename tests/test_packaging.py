@@ -6,8 +6,9 @@ The repository is cloned with ``core.symlinks=false`` at the state of its tracke
 (``git stash create``: the commit, plus uncommitted changes to tracked files; a file git
 does not track is not in a clone either). The wheel is built from that clone the way a
 user builds it (``pip wheel``, isolated build), then installed into a directory of its
-own; the SDK checks run in a fresh interpreter that imports kvldp from that directory
-only. Ten of the clone's own test files (layout, imports, wire format, collection files,
+own; the SDK check runs in a fresh interpreter that imports kvldp from that directory
+only (the README's SDK snippet runs with the other blocks of the docs,
+``tests/test_doc_blocks.py``). Ten of the clone's own test files (layout, imports, wire format, collection files,
 the command line, Kafka settings, docs) run in the clone against its own package.
 """
 
@@ -20,11 +21,6 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaConsumer
-
-from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection_file import load_collection
-from kvldp.common.wire import WireFormat
 
 from support import run
 from support.package import MODULES, REPO
@@ -134,43 +130,6 @@ def test_importing_the_sdk_loads_no_aggregator_experiments_benchmarks_or_plots(
     assert not heavy, heavy
     kvldp_packages = {m.split(".")[1] for m in loaded if m.startswith("kvldp.")}
     assert kvldp_packages <= {"common", "kafka", "producer"}, kvldp_packages
-
-
-def readme_block(language: str, marker: str) -> str:
-    """The README's first fenced ``language`` block that contains ``marker``."""
-    text = (REPO / "README.md").read_text()
-    blocks = re.findall(rf"^```{language}\n(.*?)^```$", text, flags=re.M | re.S)
-    return next(block for block in blocks if marker in block)
-
-
-@pytest.mark.asyncio
-async def test_the_readme_sdk_snippet_runs_as_written(
-    installed: Path, tmp_path: Path, broker: EmbeddedBroker
-) -> None:
-    collection_toml = readme_block("toml", 'name = "checkout"')
-    snippet = readme_block("python", "from kvldp.producer import Collector")
-    (tmp_path / "checkout.toml").write_text(collection_toml)
-    topic = "kvldp.checkout.reports"
-
-    run_installed(installed, tmp_path, snippet, {"KVLDP_BOOTSTRAP_SERVERS": broker.bootstrap_servers})
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=broker.bootstrap_servers, auto_offset_reset="earliest"
-    )
-    records = []
-    try:
-        await consumer.start()
-        batches = await consumer.getmany(timeout_ms=10_000)
-        while batches:
-            records += [r for batch in batches.values() for r in batch]
-            batches = await consumer.getmany(timeout_ms=1_000)
-    finally:
-        await consumer.stop()
-    ours = [r for r in records if r.key == b"till-7"]
-    assert len(ours) == 1, f"{len(ours)} reports keyed till-7 on {topic}"
-    decoded = WireFormat(load_collection(tmp_path / "checkout.toml")).decode(
-        [ours[0].value], [ours[0].timestamp]
-    )
-    assert decoded.rejected == [] and decoded.message.tolist() == [0]
 
 
 def test_a_clone_without_symbolic_links_passes_its_tests(clone: Path) -> None:

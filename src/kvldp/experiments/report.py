@@ -143,7 +143,7 @@ def duel_table(found: list[Duel], x_name: str, printed_is_reference: bool = True
 
 def markdown(experiment: Experiment, rows: list[Row], command: str, pngs: list[str], plot_note: str) -> str:
     out = [f"# {experiment.name}: {experiment.title}", "", f"Source: {experiment.source}.", ""]
-    out += ["Made by:", "", "```", command, "```", ""]
+    out += [f"Made by `{command}`.", ""]
     if experiment.notes:
         out += [experiment.notes.strip(), ""]
     files = sorted({r["dataset"] for r in rows if str(r["dataset"]).startswith("csv:")})
