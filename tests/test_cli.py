@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 
 import pytest
 
@@ -181,3 +185,21 @@ def test_bench_reliability_names_its_scenarios(capsys: pytest.CaptureFixture[str
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "error: argument --scenario: invalid choice: 'nope' (choose from 'crash_recovery', " in err
+
+
+def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly() -> None:
+    """``kvldp mechanisms | head -1``: standard output's reader has gone before the command
+    writes; the command stops with SIGPIPE's status and no traceback."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-P", "-m", "kvldp", "mechanisms"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(write_end)
+    assert (done.returncode, done.stderr) == (128 + signal.SIGPIPE, "")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -90,10 +91,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     np.seterr(all="warn", under="ignore")  # underflow to 0 is benign (EM's vanishing states)
     try:
         check_paths(args)
-        return int(args.func(args))
+        status = int(args.func(args))
+        sys.stdout.flush()  # a reader that left is found here, not at the interpreter's exit
+        return status
     except KvldpError as exc:
         print(f"kvldp: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("kvldp: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _reader_gone() -> int:
+    """The reader of standard output left (``kvldp … | head``): stop quietly, as a command
+    in a pipeline does, with the status a command killed by SIGPIPE has; what is still
+    buffered for standard output goes nowhere instead of raising again at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
