@@ -149,7 +149,14 @@ def aggregate(collection: Collection, batches: list[dict[str, Any]]) -> dict[str
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("memoize", [False, True], ids=["fresh", "memoized"])
+@pytest.mark.parametrize(
+    "memoize",
+    # without memoization the window is ten ordinary windows' worth of fresh reports,
+    # whose error bars tests/test_calibration.py checks for every mechanism: the long
+    # run of that case is kept for `pytest -m full`
+    [pytest.param(False, marks=pytest.mark.full), True],
+    ids=["fresh", "memoized"],
+)
 def test_ten_period_window_stderr_matches_monte_carlo(memoize: bool) -> None:
     """Over 400 repeats of the fleet: every key's estimate unbiased for what its window
     estimates (4 sd), the exported standard errors within 15% of the Monte Carlo spread,
