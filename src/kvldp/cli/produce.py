@@ -278,15 +278,9 @@ def _produce_once(args: argparse.Namespace) -> int:
                 await until_stopped(stop, _publish_csv(sdk, source, args.batch_size))
 
         run.run(publish_csv, to.where)
-    stopped = run.interrupted()
-    if stopped is not None:
-        return stopped
-    print(
-        f"published {run.acknowledged} reports to {to.destination(collection)}"
-        f"{unsent_note(collection, run.outcomes)}",
-        file=sys.stderr,
+    return run.finish(
+        lambda: f"{to.destination(collection)}{unsent_note(collection, run.outcomes)}",
     )
-    return 0
 
 
 def unsent_note(collection: Collection, outcomes: FleetSummary) -> str:
@@ -376,16 +370,13 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
                 await until_stopped(stop, send_all())
 
     run.run(publish, to.where)
-    stopped = run.interrupted()
-    if stopped is not None:
-        return stopped
-    print(
-        f"published {run.acknowledged} reports to {to.destination(collection)}, {n_fakes} of them from fake devices "
-        f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
-        f"target mean {target.mean:g})",
-        file=sys.stderr,
+    return run.finish(
+        lambda: (
+            f"{to.destination(collection)}, {n_fakes} of them from fake devices "
+            f"({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
+            f"target mean {target.mean:g})"
+        ),
     )
-    return 0
 
 
 def _produce_rounds_with_fakes(
@@ -445,16 +436,13 @@ def _produce_rounds_with_fakes(
             await until_stopped(stop, RoundFleet(users, genuine_ids).run(sdk, on_round=said, also=fakes))
 
     run.run(publish, kafka)
-    stopped = run.interrupted()
-    if stopped is not None:
-        return stopped
-    print(
-        f"published {run.acknowledged} reports to {collection.reports_topic}, {n_fakes} per round from fake "
-        f"devices ({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
-        f"target mean {target.mean:g})",
-        file=sys.stderr,
+    return run.finish(
+        lambda: (
+            f"{collection.reports_topic}, {n_fakes} per round from fake "
+            f"devices ({attack}, targets {', '.join(collection.keys[int(k)] for k in target.keys)}, "
+            f"target mean {target.mean:g})"
+        ),
     )
-    return 0
 
 
 def _produce_rounds(
@@ -503,15 +491,12 @@ def _produce_rounds(
             return [sdk.privacy_spent(device) for device in ids]
 
     spent = run.run(publish, kafka)
-    stopped = run.interrupted()
-    if stopped is not None:
-        return stopped
-    print(
-        f"published {run.acknowledged} reports to {collection.reports_topic}; epsilon spent per device: "
-        f"median {float(np.median(spent)):g}, max {max(spent):g} (of {collection.epsilon:g})",
-        file=sys.stderr,
+    return run.finish(
+        lambda: (
+            f"{collection.reports_topic}; epsilon spent per device: "
+            f"median {float(np.median(spent)):g}, max {max(spent):g} (of {collection.epsilon:g})"
+        ),
     )
-    return 0
 
 
 def _write_truth(path: Path, truth: dict[str, Any]) -> None:
@@ -586,13 +571,10 @@ def _produce_periods(args: argparse.Namespace) -> int:
     spent = run.run(publish, to.where)
     if args.truth:
         _write_truth(Path(args.truth), simulate.truth(collection, sim.population))
-    stopped = run.interrupted()
-    if stopped is not None:
-        return stopped
-    print(
-        f"published {run.acknowledged} reports to {to.destination(collection)}; epsilon spent per device: "
-        f"median {float(np.median(spent)):g}, max {float(spent.max()):g}"
-        f"{unsent_note(collection, run.outcomes)}",
-        file=sys.stderr,
+    return run.finish(
+        lambda: (
+            f"{to.destination(collection)}; epsilon spent per device: "
+            f"median {float(np.median(spent)):g}, max {float(spent.max()):g}"
+            f"{unsent_note(collection, run.outcomes)}"
+        ),
     )
-    return 0

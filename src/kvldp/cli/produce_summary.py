@@ -85,6 +85,16 @@ class Publishing:
             f"acknowledged, {rest} not sent"
         )
 
+    def finish(self, destination: Callable[[], str]) -> int:
+        """The command's last line and exit status: the counts when Ctrl-C or SIGTERM
+        stopped the run (:meth:`interrupted`), else ``published N reports to`` and
+        ``destination()`` (the topic or gateway, and what else the command reports), 0."""
+        stopped = self.interrupted()
+        if stopped is not None:
+            return stopped
+        print(f"published {self.acknowledged} reports to {destination()}", file=sys.stderr)
+        return 0
+
     def interrupted(self) -> int | None:
         """When Ctrl-C or SIGTERM stopped the run: print the counts and return the exit
         status (128 + the signal's number); None when the run ended by itself."""
