@@ -5,10 +5,10 @@ topics) and has no transactions, which kvldp never needs. Production points
 ``KVLDP_BOOTSTRAP_SERVERS`` at a real Kafka cluster.
 
 Tansu tells clients its address (``--advertised-listener-url``), so it must know its port
-before it starts: a free one is chosen, and the broker counts as started once Tansu's own
-process is seen listening on it; when another process took the port first, another is
-tried. Behind the TLS proxy, Tansu binds a port of its own choosing and only the proxy's
-is chosen in advance.
+before it starts: the one asked for, else a free one. The broker counts as started once
+Tansu's own process is seen listening on it; when another process took a free port first,
+another is tried. Behind the TLS proxy, Tansu binds a port of its own choosing and only
+the proxy's is known in advance.
 
 A secured setup can be tried on one machine. TLS: Tansu 0.6 accepts ``--cert``/``--key``
 but its listener stays plain TCP, so with a certificate and key the broker is Tansu on an
