@@ -18,7 +18,7 @@ import pytest
 
 from kvldp import dashboard
 from kvldp.aggregator.service import Aggregator
-from kvldp.broker.tansu import EmbeddedBroker, free_port
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import collection_toml, parse_collection
 from kvldp.producer.collector import Collector
@@ -118,7 +118,6 @@ async def test_round_panels_return_data_from_a_real_prometheus(
         assert [r.summary.sent for r in reports] == [MIN_REPORTS] * ROUNDS
         await wait_for(lambda: aggregator.state.reports_total == MIN_REPORTS * ROUNDS, 30, "every report")
 
-        port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
             json.dumps(
@@ -133,7 +132,7 @@ async def test_round_panels_return_data_from_a_real_prometheus(
                 }
             )
         )
-        prom = start_prometheus(binary, config, tmp_path, port)
+        prom, port = await start_prometheus(binary, config, tmp_path)
 
         await wait_for_data(prom, port, round_panel_expressions(collection.name))
 

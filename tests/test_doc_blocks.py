@@ -10,8 +10,8 @@ The documents are the README, deploy/README.md and everything under docs/
   Python block runs there as a script of its own, seeing the shell's exported variables.
   A block that exits non-zero, or runs longer than :data:`BLOCK_TIMEOUT`, fails the
   test, and so does a service a block starts with ``&`` that ends with a failure; the
-  services still running are stopped at the end. Ports are free ones only where a line
-  says ``# pick a port``;
+  services still running are stopped at the end. A service listens on port 0 (a free
+  one, which it prints): a fixed port may be taken on the machine running the tests;
 - ``toml`` blocks are collection files (or tables of one) and must load with kvldp's
   collection loader; ``properties`` blocks are Kafka client files and must read with
   kvldp's properties reader and Kafka settings;
@@ -33,12 +33,11 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
@@ -59,8 +58,8 @@ from support.doc_blocks import (
     documents,
     kvldp_commands,
     prose_commands,
+    services,
     shell_lines,
-    with_free_ports,
 )
 from support.package import REPO
 
@@ -180,6 +179,51 @@ def test_the_command_checks_refuse_a_wrong_flag() -> None:
     assert kvldp_commands("x=$(kvldp a --b c) && kvldp d | tee f  # kvldp e") == [["a", "--b", "c"], ["d"]]
 
 
+#: the flags naming a port a kvldp service listens on
+PORT_FLAGS = ("port", "metrics_port")
+
+
+def fixed_ports(argv: list[str]) -> list[str]:
+    """The ports ``kvldp ARGV`` listens on other than 0 (a free one), defaults included."""
+    args = parser().parse_args(argv)
+    return [
+        f"--{flag.replace('_', '-')} {port}"
+        for flag in PORT_FLAGS
+        if (port := getattr(args, flag, None)) not in (None, 0)
+    ]
+
+
+def test_no_service_of_a_block_that_runs_listens_on_a_fixed_port() -> None:
+    """The services a block starts listen on port 0 and the block reads the port they
+    print: on a fixed one, another program of the machine may be listening already."""
+    started = [
+        (b.where, argv)
+        for b in ALL
+        if b.language in SHELL and runs(b)
+        for line in shell_lines(expanded(b))
+        for argv in services(line)
+    ]
+    assert {argv[0] for _, argv in started} >= {"broker", "aggregate", "gateway"}
+    fixed = [
+        f"{where}: kvldp {' '.join(argv)}: {', '.join(ports)}"
+        for where, argv in started
+        if (ports := fixed_ports(argv))
+    ]
+    assert not fixed, "\n".join(fixed)
+
+
+def test_the_service_checks_see_a_fixed_port() -> None:
+    assert services("kvldp broker --port 0 > broker.log &  # kvldp x &") == [["broker", "--port", "0"]]
+    assert services("kvldp broker && kvldp aggregate --collection c.toml; kvldp mechanisms") == []
+    assert fixed_ports(["broker", "--port", "0"]) == []
+    assert fixed_ports(["broker"]) == ["--port 9092"]
+    assert (
+        fixed_ports(["gateway", "--collection", "c.toml", "--jwks", "j", "--audience", "a", "--port", "0"])
+        == []
+    )
+    assert fixed_ports(["aggregate", "--collection", "c.toml"]) == ["--metrics-port 9108"]
+
+
 @pytest.mark.parametrize("block", [b for b in ALL if b.language in CHECKED], ids=lambda b: b.where)
 def test_every_collection_and_client_file_block_reads(block: Block) -> None:
     if block.language == "toml":
@@ -190,14 +234,6 @@ def test_every_collection_and_client_file_block_reads(block: Block) -> None:
         for key in FILE_KEYS:
             entries.pop(key, None)
         kafka_config(entries, block.where)
-
-
-def free_ports() -> Iterator[int]:
-    """Ports nothing listens on at the moment each is asked for."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            yield sock.getsockname()[1]
 
 
 #: bash functions keeping the services a script starts with &: each is remembered in
@@ -245,7 +281,6 @@ def script(runnable: Sequence[Block], work: Path) -> str:
     """Blocks as one bash script run in ``work``, each first writing where it is into
     ``.doc-test/current`` so that a failure names its block. Files the text tells the
     reader to save are written into ``work``."""
-    ports = free_ports()
     parts = [
         "set -euo pipefail",
         f'export PATH="{Path(sys.executable).parent}:$PATH"',
@@ -264,7 +299,7 @@ def script(runnable: Sequence[Block], work: Path) -> str:
             source.write_text(block.text)
             parts.append(f"python {source}")
         else:
-            parts.append(with_free_ports(block.text, ports))
+            parts.append(block.text)
         parts.append("doc_test_services_ran")
     parts.append("touch .doc-test/done")
     return "\n".join(parts) + "\n"
@@ -342,9 +377,7 @@ def test_the_runner_stops_a_block_that_runs_too_long(tmp_path: Path) -> None:
     assert failure is not None and failure.startswith("sample.md:2 ran longer than 1 s")
 
 
-def test_the_runner_runs_python_and_picks_ports_where_the_text_says(tmp_path: Path) -> None:
-    ports = free_ports()
-    assert with_free_ports("P=9108   # pick a port\nQ=9108\n", ports).count("9108") == 1
+def test_the_runner_runs_python_seeing_the_shells_exports(tmp_path: Path) -> None:
     python = sample("import os; open('env.txt', 'w').write(os.environ['X'])", language="python")
     assert run_blocks([*sample("export X=1"), *python], tmp_path) is None
     assert (tmp_path / "env.txt").read_text() == "1"

@@ -2,7 +2,9 @@
 every PromQL expression of the provisioned dashboard returns finite data, and the
 frequencies Prometheus stores are the aggregator's own. One aggregator serves /metrics
 over TLS with basic auth, scraped with the matching Prometheus configuration. The
-gateway's panels are checked against a real gateway in test_prometheus_gateway."""
+gateway's panels are checked against a real gateway in test_prometheus_gateway. A
+Prometheus that cannot start fails support.prometheus.start_prometheus at once, in its
+own words."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import trustme
 
 from kvldp import dashboard
 from kvldp.aggregator.service import Aggregator
-from kvldp.broker.tansu import EmbeddedBroker, free_port
+from kvldp.broker.tansu import BrokerError, EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.producer.collector import Collector
 from kvldp.sim import simulate
@@ -146,7 +148,6 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
         with pytest.raises(OSError):  # plain HTTP to the TLS port: refused or reset
             await asyncio.to_thread(get, f"http://127.0.0.1:{aggs[1].bound_port}/metrics")
 
-        port = free_port()
         config = tmp_path / "prometheus.yml"
         config.write_text(
             json.dumps(
@@ -171,15 +172,7 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
                 }
             )
         )
-        prom = start_prometheus(prometheus_binary, config, tmp_path, port)
-
-        def ready() -> bool:
-            try:
-                return get(f"http://127.0.0.1:{port}/-/ready")[0] == 200
-            except OSError:
-                return False
-
-        await wait_for(lambda: prom is not None and prom.poll() is None and ready(), 60, "Prometheus ready")
+        prom, port = await start_prometheus(prometheus_binary, config, tmp_path)
 
         async def both_up() -> bool:
             series = await asyncio.to_thread(promql, port, "up")
@@ -228,3 +221,15 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
         for stop in stops:
             stop.set()
         await asyncio.gather(*tasks)
+
+
+async def test_a_prometheus_that_cannot_start_is_reported_with_its_output(
+    prometheus_binary: str, tmp_path: Path
+) -> None:
+    """start_prometheus fails as soon as Prometheus exits, with Prometheus's own words."""
+    config = tmp_path / "prometheus.yml"
+    config.write_text("scrape_configs: [{job_name: 12, static_configs: nope}]\n")
+    with pytest.raises(
+        BrokerError, match=r"^Prometheus exited at start \(status 2\): .*Error loading config"
+    ):
+        await start_prometheus(prometheus_binary, config, tmp_path, timeout=30)

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from kvldp import dashboard
-from kvldp.broker.tansu import EmbeddedBroker, free_port
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.gateway.endpoint import Gateway, GatewaySettings
 from kvldp.gateway.signing import generate, load_private_key, sign_token
@@ -99,7 +99,6 @@ async def test_every_gateway_panel_returns_data_from_a_real_prometheus(
         await wait_for(lambda: gateway.bound_port is not None or serving.done(), 30, "the gateway to start")
         assert not serving.done()
         base = f"http://127.0.0.1:{gateway.bound_port}"
-        port = free_port()
         config = tmp_path / "prometheus.yml"
         scrape = {
             "job_name": "kvldp-gateway",
@@ -108,13 +107,10 @@ async def test_every_gateway_panel_returns_data_from_a_real_prometheus(
         config.write_text(  # JSON is YAML
             json.dumps({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]})
         )
-        prom = start_prometheus(prometheus_binary, config, tmp_path, port)
+        prom, port = await start_prometheus(prometheus_binary, config, tmp_path)
 
         async def up() -> bool:
-            try:
-                series = await asyncio.to_thread(promql, port, "up")
-            except OSError:  # not listening yet
-                return False
+            series = await asyncio.to_thread(promql, port, "up")
             return len(series) == 1 and series[0]["value"][1] == "1"
 
         await eventually(up, 60, "the gateway scraped")

@@ -10,15 +10,14 @@ rendered page) says how the tests treat it, in one of two forms:
 - ``<!-- doc-test: save as FILE -->``: the block is a file the text tells the reader to
   save; the shell blocks after it find it under that name.
 
-A shell line that sets a variable to a port and ends in ``# pick a port`` is where the
-reader chooses a port; the tests put a free one there, and change nothing else.
+The ``kvldp`` commands of a shell line are found as the shell would start them, with the
+services among them: those started in the background (``&``).
 """
 
 from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
 
@@ -38,7 +37,6 @@ LANGUAGES = RUN | CHECKED | TEXT
 DIRECTIVE = re.compile(r"<!--\s*doc-test:\s*(.*?)\s*-->", re.S)
 NOT_RUN = re.compile(r"not run:\s*(.*)", re.S)
 SAVE_AS = re.compile(r"save as\s+(\S+)")
-PICK_A_PORT = re.compile(r"^(\s*[A-Za-z_][A-Za-z0-9_]*=)(\d+)(\s+#\s*pick a port\b)", re.M)
 #: a variable assignment before a command
 ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
@@ -115,11 +113,6 @@ def first_block(doc: str, language: str) -> str:
     return next(block.text for block in blocks(doc) if block.language == language)
 
 
-def with_free_ports(script: str, port: Iterator[int]) -> str:
-    """``script`` with a free port where a line says ``# pick a port``."""
-    return PICK_A_PORT.sub(lambda m: f"{m.group(1)}{next(port)}{m.group(3)}", script)
-
-
 def shell_lines(script: str) -> list[str]:
     """The lines of a shell block as the shell reads them (continuations joined)."""
     joined = re.sub(r"\\\n", " ", script)
@@ -130,26 +123,43 @@ def kvldp_commands(line: str) -> list[list[str]]:
     """The argument lists of the ``kvldp`` commands of one shell line: ``kvldp`` in
     command position (first, after a separator, ``$(`` or variable assignments), up to
     the next separator, redirection or comment."""
+    return [argv for argv, _ in ended_commands(line)]
+
+
+def services(line: str) -> list[list[str]]:
+    """The argument lists of the ``kvldp`` commands one shell line starts in the
+    background (``&``, after any redirections): the services it leaves running."""
+    return [argv for argv, end in ended_commands(line) if end == "&"]
+
+
+def ended_commands(line: str) -> list[tuple[list[str], str]]:
+    """The ``kvldp`` commands of one shell line (:func:`kvldp_commands`), each with the
+    separator that ends it (``;``, ``&``, ``&&``, ``|``, ``)``...; "" at the end of the
+    line)."""
     lexer = shlex.shlex(line, posix=True, punctuation_chars=";&|<>()")
     lexer.whitespace_split = True
     lexer.commenters = "#"
-    commands: list[list[str]] = []
+    found: list[tuple[list[str], str]] = []
     current: list[str] | None = None
+    arguments = False  # the words are the current command's arguments (no redirection yet)
     command_position = True
     for word in lexer:
-        if set(word) <= set(";&|<>()"):
+        if set(word) & set("<>"):  # a redirection: the command goes on, its arguments end
+            arguments = False
+        elif set(word) <= set(";&|()"):
             if current is not None:
-                commands.append(current)
+                found.append((current, word))
             current, command_position = None, True
         elif current is not None:
-            current.append(word)
+            if arguments:
+                current.append(word)
         elif command_position and word == "kvldp":
-            current = []
+            current, arguments = [], True
         elif not (command_position and ASSIGNMENT.match(word)):
             command_position = False
     if current is not None:
-        commands.append(current)
-    return commands
+        found.append((current, ""))
+    return found
 
 
 def prose_commands(doc: str) -> list[tuple[int, str]]:

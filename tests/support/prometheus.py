@@ -1,5 +1,5 @@
-"""A real Prometheus for the tests (Debian's package), and what they ask it: PromQL
-queries over its HTTP API, and waiting until queries return data."""
+"""A real Prometheus for the tests (Debian's package) on a port it chose, and what they
+ask it: PromQL queries over its HTTP API, and waiting until queries return data."""
 
 from __future__ import annotations
 
@@ -17,20 +17,54 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from kvldp.broker.child_process import file_tail, stop_child, wait_listening
 
-def start_prometheus(binary: str, config: Path, tmp_path: Path, port: int) -> subprocess.Popen[bytes]:
-    """A real Prometheus on ``config``, its database under ``tmp_path``, on 127.0.0.1:``port``."""
-    return subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--log.level=warn",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+
+async def start_prometheus(
+    binary: str, config: Path, tmp_path: Path, timeout: float = 60
+) -> tuple[subprocess.Popen[bytes], int]:
+    """A real Prometheus on ``config``, its database under ``tmp_path``, ready (it answers
+    ``/-/ready``), and its port: one it chose on 127.0.0.1, read from the listening
+    socket of its own process (a port chosen here could be taken by another process
+    first). Fails, with the end of its output, when it exits first or is not ready within
+    ``timeout`` seconds; the caller stops it once started."""
+    deadline = time.monotonic() + timeout
+    with (tmp_path / "prometheus.log").open("w+b") as log:
+        prom = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                "--web.listen-address=127.0.0.1:0",
+                "--log.level=warn",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+        )
+
+        def output() -> str:
+            return file_tail(log).strip()
+
+        try:
+            port = await asyncio.to_thread(wait_listening, prom, log, 0, timeout, "Prometheus", output)
+            # it listens before it serves queries (503 until its database is open)
+            while not await asyncio.to_thread(ready, port):
+                assert prom.poll() is None, f"Prometheus exited (status {prom.returncode}): {output()}"
+                assert time.monotonic() < deadline, f"Prometheus not ready within {timeout:g} s: {output()}"
+                await asyncio.sleep(0.1)
+        except BaseException:  # it did not start, or the test was cancelled meanwhile
+            stop_child(prom, None)
+            raise
+    return prom, port
+
+
+def ready(port: int) -> bool:
+    """Whether the Prometheus on ``port`` says it is ready."""
+    try:
+        return get(f"http://127.0.0.1:{port}/-/ready")[0] == 200
+    except OSError:
+        return False
 
 
 def get(
@@ -71,11 +105,7 @@ async def wait_for_data(
     while pending:
         assert prom.poll() is None, f"Prometheus exited with status {prom.returncode}"
         for expr in list(pending):
-            try:
-                series = await asyncio.to_thread(promql, port, expr)
-            except OSError as exc:  # not listening yet
-                pending[expr] = f"{type(exc).__name__}: {exc}"
-                continue
+            series = await asyncio.to_thread(promql, port, expr)
             if finite(series):
                 del pending[expr]
             else:

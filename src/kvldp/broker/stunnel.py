@@ -13,19 +13,15 @@ removed by :meth:`TlsProxy.stop`.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
-import socket
-import ssl
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 from typing import IO
 
-from kvldp.broker.child_process import HOST, BrokerError, stop_child
+from kvldp.broker.child_process import HOST, BrokerError, file_tail, stop_child, wait_listening
 
 STUNNEL_HINT = "install Debian's stunnel4 (make stunnel)"
 # "[!] message" before stunnel reads its logging settings, "date time LOG3[ui]: message" after
@@ -54,21 +50,6 @@ def check_pem_file(path: Path, what: str) -> Path:
     if any(c in str(resolved) for c in "\r\n"):
         raise BrokerError(f"the TLS {what} path {str(path)!r} has a line break, which stunnel cannot read")
     return resolved
-
-
-def speaks_tls(port: int, host: str = HOST, timeout: float = 1.0) -> bool:
-    """Whether a TLS handshake succeeds on the port (the certificate is not checked: this
-    only tells that the proxy is up and serving its certificate)."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
-    with (
-        contextlib.suppress(OSError),
-        socket.create_connection((host, port), timeout=timeout) as raw,
-        context.wrap_socket(raw),
-    ):
-        return True
-    return False
 
 
 class TlsProxy:
@@ -101,7 +82,10 @@ class TlsProxy:
         )
 
     def start(self, timeout: float = 20.0) -> TlsProxy:
-        """Starts stunnel and waits (at most ``timeout`` seconds) until it completes a TLS handshake."""
+        """Starts stunnel and waits (at most ``timeout`` seconds) until its own process
+        listens on ``port`` (0: on the port it chose, then kept in ``port``); it has read
+        the certificate and key by then. :class:`~kvldp.broker.child_process.PortTaken`
+        when another process holds the port."""
         binary = stunnel_binary()
         self.cert = check_pem_file(self.cert, "certificate")
         self.key = check_pem_file(self.key, "key")
@@ -116,23 +100,14 @@ class TlsProxy:
             stderr=self._log,
             start_new_session=True,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                message = (
-                    f"stunnel (the TLS proxy) exited at start (status {self.process.returncode}): "
-                    f"{self.summary()}"
-                )
-                self.stop()
-                raise BrokerError(message)
-            if speaks_tls(self.port):
-                return self
-            time.sleep(0.05)
-        message = f"stunnel (the TLS proxy) did not serve TLS on {HOST}:{self.port} within {timeout}s"
-        if tail := self.summary():
-            message += f": {tail}"
-        self.stop()
-        raise BrokerError(message)
+        try:
+            self.port = wait_listening(
+                self.process, self._log, self.port, timeout, "stunnel (the TLS proxy)", self.summary
+            )
+        except BrokerError:
+            self.stop()
+            raise
+        return self
 
     def stop(self) -> None:
         stop_child(self.process, self._log)
@@ -146,12 +121,7 @@ class TlsProxy:
 
     def log_tail(self, size: int = 500) -> str:
         """The end of stunnel's output."""
-        if self._log is None:
-            return ""
-        self._log.seek(0, os.SEEK_END)
-        end = self._log.tell()
-        self._log.seek(max(0, end - size))
-        return self._log.read().decode(errors="replace")
+        return file_tail(self._log, size)
 
     def summary(self, lines: int = 3, *, errors_only: bool = False) -> str:
         """stunnel's last errors (else, unless ``errors_only``, its last lines) on one line,

@@ -4,6 +4,12 @@ For development, demos and tests only: Tansu keeps data in memory (a restart los
 topics) and has no transactions, which kvldp never needs. Production points
 ``KVLDP_BOOTSTRAP_SERVERS`` at a real Kafka cluster.
 
+Tansu tells clients its address (``--advertised-listener-url``), so it must know its port
+before it starts: the one asked for, else a free one. The broker counts as started once
+Tansu's own process is seen listening on it; when another process took a free port first,
+another is tried. Behind the TLS proxy, Tansu binds a port of its own choosing and only
+the proxy's is known in advance.
+
 A secured setup can be tried on one machine. TLS: Tansu 0.6 accepts ``--cert``/``--key``
 but its listener stays plain TCP, so with a certificate and key the broker is Tansu on an
 internal loopback port behind stunnel (:mod:`kvldp.broker.stunnel`), which terminates TLS on
@@ -27,14 +33,19 @@ from typing import IO
 from kvldp.broker.child_process import (
     HOST,
     BrokerError,
-    accepts_connections,
+    PortTaken,
+    file_tail,
     free_port,
     port_in_use,
     stop_child,
+    wait_listening,
 )
 from kvldp.broker.stunnel import TlsProxy, check_pem_file, stunnel_binary
 
-__all__ = ["HOST", "BrokerError", "EmbeddedBroker", "free_port", "port_in_use"]
+__all__ = ["HOST", "BrokerError", "EmbeddedBroker", "PortTaken", "port_in_use"]
+
+#: free ports tried, asked for port 0, when other processes take the ones chosen first
+PORT_ATTEMPTS = 5
 
 
 def broker_binary() -> str:
@@ -56,6 +67,8 @@ class EmbeddedBroker:
 
     With ``tls_cert`` and ``tls_key`` (PEM files, both or neither) clients reach it over TLS
     only, through stunnel on ``port``; ``authentication=True`` makes it require SASL.
+    Once started, :attr:`port` is the port clients use and :attr:`internal_port` Tansu's
+    own (the same without TLS).
     """
 
     def __init__(
@@ -89,22 +102,38 @@ class EmbeddedBroker:
         return f"{HOST}:{self.port}"
 
     def start(self) -> EmbeddedBroker:
+        """Start the broker (and its TLS proxy) and wait until each listens on its port.
+
+        Asked for port 0, it tries other free ports when another process takes the one
+        chosen before the broker binds it; asked for a port another process holds, it
+        fails with :class:`PortTaken`.
+        """
         binary = broker_binary()
-        proxy: TlsProxy | None = None
+        tls_files: tuple[Path, Path] | None = None
         if self.tls_cert is not None and self.tls_key is not None:
             stunnel_binary()  # before anything starts: a missing stunnel or file is one line
-            cert = check_pem_file(self.tls_cert, "certificate")
-            proxy = TlsProxy(0, 0, cert, check_pem_file(self.tls_key, "key"))
-        if self.requested_port and port_in_use(self.requested_port):
-            raise BrokerError(f"port {self.requested_port} on {HOST} is already in use")
-        self.port = self.requested_port or free_port()
-        self.internal_port = self.port
-        if proxy is not None:
-            while self.internal_port == self.port:
-                self.internal_port = free_port()
-            proxy.port, proxy.target_port = self.port, self.internal_port
-        url = f"tcp://{HOST}:{self.internal_port}"
-        advertised = f"tcp://{HOST}:{self.port}"  # the proxy's, with TLS
+            tls_files = check_pem_file(self.tls_cert, "certificate"), check_pem_file(self.tls_key, "key")
+        if self.requested_port:
+            if port_in_use(self.requested_port):
+                raise PortTaken(self.requested_port)
+            return self._start_on(binary, self.requested_port, tls_files)
+        for _ in range(PORT_ATTEMPTS):
+            try:
+                return self._start_on(binary, free_port(), tls_files)
+            except PortTaken:
+                continue  # another process took the port first: another one
+        raise BrokerError(
+            f"the broker found no free port on {HOST}: other processes took each of {PORT_ATTEMPTS} first"
+        )
+
+    def _start_on(self, binary: str, port: int, tls_files: tuple[Path, Path] | None) -> EmbeddedBroker:
+        """Start Tansu for clients on ``port``: on it, or with TLS on a port of its own
+        choosing behind stunnel on ``port``. Everything started is stopped again when a
+        part does not come up."""
+        deadline = time.monotonic() + self.startup_timeout
+        listen = 0 if tls_files else port  # behind the proxy, clients never see Tansu's own port
+        url = f"tcp://{HOST}:{listen}"
+        advertised = f"tcp://{HOST}:{port}"  # the proxy's, with TLS
         command = [binary, "broker", "--listener-url", url, "--advertised-listener-url", advertised]
         if self.authentication:
             command.append("--authentication")
@@ -119,27 +148,17 @@ class EmbeddedBroker:
             env=env,
             start_new_session=True,  # a Ctrl-C in the terminal reaches kvldp, which stops the broker
         )
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                message = f"the broker exited at start (status {self.process.returncode}): {self.log_tail()}"
-                self.stop()
-                raise BrokerError(message)
-            if accepts_connections(self.internal_port):
-                break
-            time.sleep(0.05)
-        else:
-            self.stop()
-            raise BrokerError(
-                f"the broker did not accept connections on {HOST}:{self.internal_port} "
-                f"within {self.startup_timeout}s"
+        try:
+            internal = wait_listening(
+                self.process, self._log, listen, self.startup_timeout, "the broker", self.log_tail
             )
-        if proxy is not None:
-            try:
+            if tls_files is not None:
+                proxy = TlsProxy(port, internal, *tls_files)
                 self.proxy = proxy.start(timeout=max(1.0, deadline - time.monotonic()))
-            except BrokerError:
-                self.stop()
-                raise
+        except BrokerError:
+            self.stop()
+            raise
+        self.port, self.internal_port = port, internal
         return self
 
     def stop(self) -> None:
@@ -151,12 +170,7 @@ class EmbeddedBroker:
 
     def log_tail(self, size: int = 500) -> str:
         """The end of the broker's own output (for error messages), then stunnel's if it has any."""
-        tail = ""
-        if self._log is not None:
-            self._log.seek(0, os.SEEK_END)
-            end = self._log.tell()
-            self._log.seek(max(0, end - size))
-            tail = self._log.read().decode(errors="replace")
+        tail = file_tail(self._log, size)
         # a running proxy's warnings (such as a group-readable key) are not worth the space
         if self.proxy is not None and (proxy_tail := self.proxy.summary(errors_only=self.proxy.alive())):
             tail = f"{tail.rstrip()}\nstunnel: {proxy_tail}".lstrip()

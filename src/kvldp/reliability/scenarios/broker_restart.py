@@ -13,7 +13,7 @@ from pathlib import Path
 from aiokafka.admin import AIOKafkaAdminClient
 
 from kvldp.aggregator.state import CheckpointStore
-from kvldp.broker.tansu import EmbeddedBroker, free_port
+from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.reliability.oracle import replay_oracle
 from kvldp.reliability.processes import AggregatorProcess, total
@@ -31,8 +31,7 @@ async def broker_restart(workdir: Path, reports: int = 40_000, batch: int = 50, 
     """The (in-memory) broker restarts mid-stream and forgets every topic; the aggregator
     (with checkpoints, and SIGKILLed once afterwards) resumes by itself."""
     out = Outcome("broker_restart")
-    port = free_port()
-    broker = EmbeddedBroker(port).start()
+    broker = EmbeddedBroker(0).start()
     bootstrap = broker.bootstrap_servers
     # 6 partitions: Tansu auto-creates topics with 4 when a client asks first, and the
     # aggregator must fold whatever layout the reborn topic has
@@ -51,7 +50,9 @@ async def broker_restart(workdir: Path, reports: int = 40_000, batch: int = 50, 
         out.check(await until(lambda: checkpointed_after(proc, mark), 30), "first half checkpointed")
         before = await replay_oracle(collection, bootstrap, workdir, "before")
         broker.stop()
-        broker = EmbeddedBroker(port).start()
+        # on the same port, which the clients reconnect to; taken by another process
+        # meanwhile, it fails (PortTaken) rather than trust that process's listener
+        broker = EmbeddedBroker(broker.port).start()
         started = time.monotonic()
         recreated = await until(lambda: _topic_ready(bootstrap, collection), 90, poll=0.5)
         out.check(recreated, "the reports topic exists again")
