@@ -14,6 +14,7 @@ from kvldp.cli import main
 from kvldp.common.mechanisms import get, names
 
 from support import run_kvldp
+from support.package import REPO
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -166,7 +167,7 @@ def test_scale_out_roles_keep_no_state_dir(capsys: pytest.CaptureFixture[str]) -
             capsys,
             "aggregate",
             "--collection",
-            "deploy/collections/demo.toml",
+            str(REPO / "deploy" / "collections" / "demo.toml"),
             "--bootstrap-servers",
             "127.0.0.1:1",
             "--role",

@@ -18,7 +18,9 @@ from kvldp.common.path_checks import UnusablePath, readable_file, writable_direc
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import InvalidDeviceState
 
-COLLECTION = "deploy/collections/checkout.toml"
+from support.package import REPO
+
+COLLECTION = str(REPO / "deploy" / "collections" / "checkout.toml")
 #: an address where no broker answers: a check that came too late would report it instead
 NOWHERE = ["--bootstrap-servers", "127.0.0.1:1"]
 
