@@ -217,11 +217,19 @@ async def test_cli_errors_are_one_clear_line(broker: EmbeddedBroker, tmp_path: P
         ([*produce, "--bootstrap-servers", "127.0.0.1:1"], "cannot reach Kafka at 127.0.0.1:1"),
         (produce, "no Kafka address"),
         (
-            ["aggregate", "--collection", str(tmp_path / "missing.toml"), "--bootstrap-servers", "x:1"],
+            [
+                "aggregate",
+                "--collection",
+                str(tmp_path / "missing.toml"),
+                "--bootstrap-servers",
+                "x:1",
+                "--metrics-port",
+                "0",
+            ],
             "does not exist",
         ),
         (
-            ["aggregate", "--collection", str(bad_mech), "--bootstrap-servers", "x:1"],
+            ["aggregate", "--collection", str(bad_mech), "--bootstrap-servers", "x:1", "--metrics-port", "0"],
             "mechanism: unknown mechanism",
         ),
         (["broker", "--port", broker.bootstrap_servers.rsplit(":", 1)[1]], "already in use"),
