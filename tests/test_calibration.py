@@ -84,9 +84,10 @@ def test_error_bars_are_calibrated(name: str, estimator: str) -> None:
     # a pair without any standard error has nothing to calibrate: two collections show it
     result = calibrate(mech, estimator, users, 2 if quantities <= designed else REPEATS, 17)
     for quantity, q in (("frequency", result.frequency), ("mean", result.mean)):
+        what = f"{name}/{estimator} {quantity}"
+        assert (q is not None) == (quantity in quantities), f"{what}: calibrated only if estimated"
         if q is None:
             continue
-        what = f"{name}/{estimator} {quantity}"
         if quantity in designed:
             assert not q.with_stderr > 0.0, f"{what}: a standard error where none is documented"
         else:

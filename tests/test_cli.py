@@ -5,8 +5,11 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +17,7 @@ from kvldp.cli import main
 from kvldp.common.mechanisms import get, names
 
 from support import run_kvldp
+from support.package import REPO
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -160,23 +164,82 @@ def test_console_entry_point_reports_errors_without_traceback() -> None:
     assert proc.stderr == "kvldp: error: parameter ell must be an integer, got 'x'\n"
 
 
-def test_scale_out_roles_keep_no_state_dir(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture
+def taken_port() -> Iterator[str]:
+    """A port a listening socket holds for the test: the flags of a command that binds or
+    probes a port must be refused before it finds the port taken."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        yield str(listener.getsockname()[1])
+
+
+DEMO_COLLECTIONS = REPO / "deploy" / "collections"
+
+
+def aggregate_argv(port: str, *flags: str) -> list[str]:
+    return [
+        *("aggregate", "--collection", str(DEMO_COLLECTIONS / "demo.toml")),
+        *("--bootstrap-servers", "127.0.0.1:1", "--metrics-port", port, *flags),
+    ]
+
+
+def test_scale_out_roles_keep_no_state_dir(capsys: pytest.CaptureFixture[str], taken_port: str) -> None:
     for role in ("worker", "exporter"):
-        code, _, err = run(
-            capsys,
-            "aggregate",
-            "--collection",
-            "deploy/collections/demo.toml",
-            "--bootstrap-servers",
-            "127.0.0.1:1",
-            "--role",
-            role,
-            "--state-dir",
-            "somewhere",
-        )
+        code, _, err = run(capsys, *aggregate_argv(taken_port, "--role", role, "--state-dir", "somewhere"))
         assert code == 2 and err == (
             f"kvldp: error: --state-dir is for --role all; a {role} keeps its state in kvldp.demo.state\n"
         )
+    # the port is taken indeed: the same command line without --state-dir meets it
+    code, _, err = run(capsys, *aggregate_argv(taken_port, "--role", "worker"))
+    assert (code, err) == (2, f"kvldp: error: metrics port {taken_port} on 127.0.0.1 is already in use\n")
+
+
+def test_aggregate_checks_its_metrics_security_flags_before_the_port(
+    capsys: pytest.CaptureFixture[str], taken_port: str, tmp_path: Path
+) -> None:
+    no_password = tmp_path / "auth"
+    no_password.write_text("telemetry\n")
+    pem = str(DEMO_COLLECTIONS / "demo.toml")  # any readable file: the pair is refused unread
+    for flags, error in (
+        (["--metrics-tls-cert", pem], "--metrics-tls-cert and --metrics-tls-key go together"),
+        (["--metrics-tls-key", pem], "--metrics-tls-cert and --metrics-tls-key go together"),
+        (["--metrics-basic-auth-file", str(no_password)], str(no_password)),
+    ):
+        code, _, err = run(capsys, *aggregate_argv(taken_port, *flags))
+        assert code == 2 and error in err and "in use" not in err, (flags, err)
+
+
+def test_demo_checks_its_flags_before_the_port(
+    capsys: pytest.CaptureFixture[str], taken_port: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("KVLDP_BOOTSTRAP_SERVERS", raising=False)  # the embedded broker's demo
+    demo = ["demo", "--users", "10", "--metrics-port", taken_port]
+    code, _, err = run(capsys, *demo, "--dataset", "nope")
+    assert code == 2 and err.startswith("kvldp: error: unknown dataset 'nope'"), err
+    rounds = str(DEMO_COLLECTIONS / "privkvm.toml")
+    code, _, err = run(capsys, *demo, "--collection", rounds)
+    assert code == 2 and "--users 10 would never close one" in err, err
+    code, _, err = run(capsys, *demo)
+    assert (code, err) == (
+        2,
+        f"kvldp: error: metrics port {taken_port} on 127.0.0.1 is in use (pass --metrics-port)\n",
+    )
+
+
+def test_broker_checks_its_flags_before_the_port(capsys: pytest.CaptureFixture[str], taken_port: str) -> None:
+    pem = str(DEMO_COLLECTIONS / "demo.toml")
+    code, _, err = run(capsys, "broker", "--port", taken_port, "--tls-cert", pem)
+    assert code == 2 and "needs both a certificate and its private key" in err, err
+    code, _, err = run(capsys, "broker", "--port", taken_port)
+    assert (code, err) == (2, f"kvldp: error: port {taken_port} on 127.0.0.1 is already in use\n")
+
+
+@pytest.mark.parametrize("command", ["aggregate", "demo", "broker", "gateway"])
+def test_a_port_out_of_range_is_a_flag_error(capsys: pytest.CaptureFixture[str], command: str) -> None:
+    flag = "--port" if command in ("broker", "gateway") else "--metrics-port"
+    with pytest.raises(SystemExit) as info:
+        main([command, flag, "65536"])
+    assert info.value.code == 2
+    assert f"argument {flag}: expected 0 to 65535, got 65536" in capsys.readouterr().err
 
 
 def test_bench_reliability_names_its_scenarios(capsys: pytest.CaptureFixture[str]) -> None:

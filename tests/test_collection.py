@@ -17,6 +17,11 @@ from kvldp.common.collection_file import (
     parse_collection,
 )
 
+from support.package import REPO
+
+#: the collection files shipped with the deployment
+SHIPPED = sorted((REPO / "deploy" / "collections").glob("*.toml"))
+
 BASE: dict[str, Any] = {
     "name": "shop",
     "mechanism": "kvue",
@@ -131,12 +136,12 @@ def test_load_collection_errors(tmp_path: Path) -> None:
         load_collection(bad)
 
 
-@pytest.mark.parametrize("path", sorted(Path("deploy/collections").glob("*.toml")))
+@pytest.mark.parametrize("path", SHIPPED)
 def test_shipped_collections_are_valid(path: Path) -> None:
     assert load_collection(path).name
 
 
-@pytest.mark.parametrize("path", sorted(Path("deploy/collections").glob("*.toml")))
+@pytest.mark.parametrize("path", SHIPPED)
 def test_a_collection_written_as_toml_reads_back_the_same(path: Path) -> None:
     original = load_collection(path)
     again = parse_collection(tomllib.loads(collection_toml(original)))

@@ -364,8 +364,10 @@ async def test_at_the_bound_an_idle_kept_alive_connection_makes_room() -> None:
 # ------------------------------------------------------------------ start and stop
 async def test_closing_cuts_every_connection_promptly(tls_files: TlsFiles) -> None:
     """Kept alive, half a head, no TLS handshake yet: close() returns at once and every
-    client sees its connection end."""
-    limits = Limits(head_timeout=60.0, keepalive_timeout=60.0)
+    client sees its connection end. close() waits (at most the grace) only for answers in
+    flight, and there is none: it must return before the grace could have passed, which
+    is longer than a loaded machine takes to cut three connections (milliseconds)."""
+    limits = Limits(head_timeout=60.0, keepalive_timeout=60.0, shutdown_grace=10.0)
     security = HttpSecurity(str(tls_files.server_cert_pem), str(tls_files.server_key_pem))
     context = ssl.create_default_context(cafile=str(tls_files.ca_pem))
     collection = unique_collection("kvue", 3)
@@ -381,7 +383,7 @@ async def test_closing_cuts_every_connection_promptly(tls_files: TlsFiles) -> No
         await wait_for(lambda: server.open_connections == 3, PROMPT, "three connections")
         started = time.monotonic()
         await exporter.close()
-        assert time.monotonic() - started < PROMPT
+        assert time.monotonic() - started < limits.shutdown_grace
         assert server.open_connections == 0
         for reader, _ in (kept, half, shaking):
             await until_closed(reader, PROMPT)
@@ -396,7 +398,10 @@ async def test_closing_cuts_a_reader_that_does_not_read_after_the_grace() -> Non
         await reader.readexactly(1 << 16)  # the answer is being written
         started = time.monotonic()
         await server.close()
-        assert time.monotonic() - started < limits.shutdown_grace + SLACK
+        # the answer in flight is given the grace twice (aiohttp's shutdown waits for the
+        # handler, then for its task), then cut: not left to its response deadline (60 s)
+        closing = time.monotonic() - started
+        assert limits.shutdown_grace <= closing < 2 * limits.shutdown_grace + SLACK, closing
         assert server.open_connections == 0
         assert len(await until_closed(reader, PROMPT)) < BIG // 2
 

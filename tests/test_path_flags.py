@@ -18,9 +18,14 @@ from kvldp.common.path_checks import UnusablePath, readable_file, writable_direc
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import InvalidDeviceState
 
-COLLECTION = "deploy/collections/checkout.toml"
+from support.package import REPO
+
+COLLECTION = str(REPO / "deploy" / "collections" / "checkout.toml")
 #: an address where no broker answers: a check that came too late would report it instead
 NOWHERE = ["--bootstrap-servers", "127.0.0.1:1"]
+#: a listening command's port: any free one (a fixed port may be another process's)
+AGGREGATE_PORT = ["--metrics-port", "0"]
+GATEWAY_PORT = ["--port", "0"]
 
 
 @pytest.fixture
@@ -48,7 +53,15 @@ def a_file(tmp_path: Path) -> Path:
 
 #: commands and the path flag of each kind they take, as argv with PATH in place of the path
 DIRECTORIES = {
-    "aggregate --state-dir": ["aggregate", "--collection", COLLECTION, *NOWHERE, "--state-dir", "PATH"],
+    "aggregate --state-dir": [
+        "aggregate",
+        "--collection",
+        COLLECTION,
+        *NOWHERE,
+        *AGGREGATE_PORT,
+        "--state-dir",
+        "PATH",
+    ],
     "evaluate --out": ["evaluate", "--experiment", "sun-fig1", "--quick", "--out", "PATH"],
     "attack --out": ["attack", "--mechanism", "pckv_grr", "--keys", "3", "--epsilon", "1", "--out", "PATH"],
     "devices keygen --out": ["devices", "keygen", "--out", "PATH"],
@@ -103,6 +116,7 @@ INPUT_FILES = {
         "--collection",
         COLLECTION,
         *NOWHERE,
+        *AGGREGATE_PORT,
         "--metrics-tls-cert",
         "PATH",
         "--metrics-tls-key",
@@ -113,6 +127,7 @@ INPUT_FILES = {
         "--collection",
         COLLECTION,
         *NOWHERE,
+        *AGGREGATE_PORT,
         "--metrics-basic-auth-file",
         "PATH",
     ],
@@ -125,12 +140,23 @@ INPUT_FILES = {
         "--audience",
         "a",
         *NOWHERE,
+        *GATEWAY_PORT,
         "--tls-cert",
         COLLECTION,
         "--tls-key",
         "PATH",
     ],
-    "gateway --jwks": ["gateway", "--collection", COLLECTION, "--jwks", "PATH", "--audience", "a", *NOWHERE],
+    "gateway --jwks": [
+        "gateway",
+        "--collection",
+        COLLECTION,
+        "--jwks",
+        "PATH",
+        "--audience",
+        "a",
+        *NOWHERE,
+        *GATEWAY_PORT,
+    ],
     "broker --tls-cert": ["broker", "--port", "0", "--tls-cert", "PATH", "--tls-key", COLLECTION],
     "replay": ["replay", "PATH", *NOWHERE],
 }

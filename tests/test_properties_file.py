@@ -18,7 +18,6 @@ from kvldp.kafka.properties_file import InvalidPropertiesFile, parse_properties
 from support.deploy import CLIENT_FILE
 from support.doc_blocks import first_block
 from support.java_properties import RULES, Rule, java_reading
-from support.package import REPO
 
 SECRET = "pa55-W0rd-never-shown"
 #: the pieces random files are made of: separators, blanks, comment marks, continuations,
@@ -123,7 +122,7 @@ def test_a_key_that_cannot_be_shown_is_quoted_or_left_out() -> None:
 
 def test_the_repositorys_client_files_read_as_java_reads_them(tmp_path: Path) -> None:
     """The compose stack's client file and the README's example."""
-    files = [(REPO / CLIENT_FILE).read_bytes(), first_block("README.md", "properties").encode()]
+    files = [CLIENT_FILE.read_bytes(), first_block("README.md", "properties").encode()]
     for data, java in zip(files, java_reading(files, tmp_path), strict=True):
         assert parse_properties(data, "f") == java
         assert isinstance(java, dict) and "sasl.password" in java

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +13,9 @@ from kvldp.common.mechanisms import names
 from kvldp.common.wire import WireFormat
 from kvldp.producer.pairs import users_from_pairs
 
-DOC = Path("docs/wire-format.md")
+from support.package import REPO
+
+DOC = REPO / "docs" / "wire-format.md"
 TIMESTAMP_MS = 1795363200000
 
 

@@ -18,7 +18,9 @@ import yaml
 
 from kvldp.kafka.properties_file import parse_properties
 
-DEPLOY = Path("deploy")
+from support.package import REPO
+
+DEPLOY = REPO / "deploy"
 COMPOSE_TEXT = (DEPLOY / "docker-compose.yml").read_text()
 COMPOSE: dict[str, Any] = yaml.safe_load(COMPOSE_TEXT)
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvldp.cli.flags import DirectoryToWrite, FileToRead, Subparsers, positive_float
+from kvldp.cli.flags import DirectoryToWrite, FileToRead, Subparsers, port_number, positive_float
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
@@ -25,7 +25,7 @@ def register(sub: Subparsers) -> None:
     p.add_argument("--collection", required=True, help="collection file (TOML)")
     add_kafka_args(p)
     p.add_argument("--metrics-host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
-    p.add_argument("--metrics-port", type=int, default=9108, help="0 = any free port")
+    p.add_argument("--metrics-port", type=port_number, default=9108, help="0 = any free port")
     p.add_argument(
         "--metrics-tls-cert",
         metavar="PEM",
@@ -79,15 +79,16 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
         path = Path(args.from_file)
         print(json.dumps(estimates_json(collection, fold_recording(collection, path)), allow_nan=False))
         return 0
+    # every flag is checked before the metrics port is probed: a refused command line is
+    # refused the same whether or not the port is taken
     kafka = kafka_settings(args)
-    if args.metrics_port and port_in_use(args.metrics_port, args.metrics_host):
-        raise KvldpError(f"metrics port {args.metrics_port} on {args.metrics_host} is already in use")
-
     if args.role != "all" and args.state_dir:
         raise KvldpError(
             f"--state-dir is for --role all; a {args.role} keeps its state in {collection.state_topic}"
         )
     security = metrics_security(args)
+    if args.metrics_port and port_in_use(args.metrics_port, args.metrics_host):
+        raise KvldpError(f"metrics port {args.metrics_port} on {args.metrics_host} is already in use")
     scheme = "https" if security.certfile else "http"
 
     def ready(a: Aggregator | MergedExporter) -> None:

@@ -7,13 +7,13 @@ import signal
 import time
 
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.cli.flags import FileToRead, Subparsers
+from kvldp.cli.flags import FileToRead, Subparsers, port_number
 from kvldp.common.errors import KvldpError
 
 
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("broker", help="run the embedded Kafka-compatible broker (Tansu) in the foreground")
-    p.add_argument("--port", type=int, default=9092, help="port on 127.0.0.1 (0 = any free port)")
+    p.add_argument("--port", type=port_number, default=9092, help="port on 127.0.0.1 (0 = any free port)")
     p.add_argument(
         "--tls-cert",
         metavar="PEM",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvldp.cli.flags import Subparsers, fraction, positive_float, positive_int
+from kvldp.cli.flags import Subparsers, fraction, port_number, positive_float, positive_int
 from kvldp.kafka.command_line import add_kafka_args
 
 
@@ -31,7 +31,7 @@ def register(sub: Subparsers) -> None:
         default=100,
         help="reports per Kafka message (collections that memoize or have a report_period: 1)",
     )
-    p.add_argument("--metrics-port", type=int, default=9108)
+    p.add_argument("--metrics-port", type=port_number, default=9108, help="0 = any free port")
     p.add_argument("--seed", type=int, default=0)
     add_kafka_args(p)  # a cluster named here replaces the embedded broker
     p.set_defaults(func=cmd_demo)

@@ -49,6 +49,8 @@ positive_float = number_flag(float, lambda v: 0 < v < float("inf"), "a positive 
 fraction = number_flag(float, lambda v: 0.0 <= v <= 1.0, "a fraction in [0, 1]")
 open_fraction = number_flag(float, lambda v: 0.0 < v < 1.0, "a fraction in (0, 1)")
 unit_value = number_flag(float, lambda v: -1.0 <= v <= 1.0, "a value in [-1, 1]")
+#: a TCP port to listen on (0: any free one)
+port_number = number_flag(int, lambda v: 0 <= v <= 65535, "0 to 65535")
 
 
 def int_list(text: str) -> list[int]:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import resource
 
-from kvldp.cli.flags import FileToRead, Subparsers, positive_float, positive_int
+from kvldp.cli.flags import FileToRead, Subparsers, port_number, positive_float, positive_int
 from kvldp.common.errors import KvldpError
 from kvldp.common.path_checks import readable_file
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
@@ -40,10 +40,10 @@ def register(sub: Subparsers) -> None:
     )
     p.add_argument("--audience", required=True, help="the 'aud' every device token must carry")
     p.add_argument("--host", default="127.0.0.1", help="bind address (0.0.0.0 exposes it)")
-    p.add_argument("--port", type=int, default=8080, help="0 = any free port")
+    p.add_argument("--port", type=port_number, default=8080, help="0 = any free port")
     p.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         help="serve /metrics on this port only (plain HTTP; 0 = any free port) instead of beside the reports",
     )
     p.add_argument("--metrics-host", default="127.0.0.1", help="bind address of --metrics-port")
@@ -84,9 +84,6 @@ def cmd_gateway(args: argparse.Namespace) -> int:
         raise KvldpError("--tls-cert and --tls-key go together")
     if "://" not in args.jwks:  # a file, checked like the other paths (a URL is fetched later)
         readable_file(args.jwks, "--jwks")
-    for flag, port in (("--port", args.port), ("--metrics-port", args.metrics_port)):
-        if port is not None and not 0 <= port <= 65535:
-            raise KvldpError(f"{flag} {port}: expected 0 to 65535")
     if not args.audience.strip():
         raise KvldpError("--audience must not be empty")
     collections = [load_collection(path) for path in args.collection]

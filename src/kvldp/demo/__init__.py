@@ -22,11 +22,9 @@ import dataclasses
 import secrets
 from typing import Any
 
-from kvldp.broker.child_process import port_in_use
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection, parse_collection
 from kvldp.common.control_record import is_interactive
-from kvldp.common.errors import KvldpError
 from kvldp.demo.interactive import run_rounds_demo
 from kvldp.demo.periodic import run_periods_demo
 from kvldp.kafka.client_config import KafkaConfig
@@ -62,11 +60,10 @@ def demo_collection(args: argparse.Namespace, external: KafkaConfig | None) -> C
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    """``kvldp demo``: check the metrics port, then run the demo the collection calls for."""
+    """``kvldp demo``: run the demo the collection calls for (each checks its flags, then
+    the metrics port, before it starts anything)."""
     external = external_kafka(args)
     collection = demo_collection(args, external)
-    if args.metrics_port and port_in_use(args.metrics_port):
-        raise KvldpError(f"metrics port {args.metrics_port} on 127.0.0.1 is in use (pass --metrics-port)")
     if is_interactive(collection):
         return run_rounds_demo(collection, args, external)
     return run_periods_demo(collection, args, external)

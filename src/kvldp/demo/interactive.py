@@ -150,7 +150,7 @@ def run_rounds_demo(collection: Collection, args: argparse.Namespace, external: 
     target = users.n_users * mechanism.rounds
     costs = ", ".join(f"{mechanism.round_epsilon(r):g}" for r in range(mechanism.rounds))
     live = sys.stdout.isatty()
-    with demo_broker(external) as kafka:
+    with demo_broker(external, args.metrics_port) as kafka:
 
         async def main(stop: asyncio.Event) -> None:
             aggregator, agg_stop, agg_task = await start_aggregator(collection, kafka, args.metrics_port)

@@ -19,8 +19,10 @@ from typing import Any
 import numpy as np
 
 from kvldp.aggregator.service import Aggregator
+from kvldp.broker.child_process import port_in_use
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.producer.collector import Collector
 
@@ -36,9 +38,12 @@ def spent_line(device: np.ndarray, server: np.ndarray) -> str:
 
 
 @contextlib.contextmanager
-def demo_broker(external: KafkaConfig | None) -> Iterator[KafkaConfig]:
+def demo_broker(external: KafkaConfig | None, metrics_port: int) -> Iterator[KafkaConfig]:
     """The cluster the demo runs on: the one the command line names, else an embedded
-    broker for the demo's lifetime."""
+    broker for the demo's lifetime. Entered once the demo's flags are checked: it first
+    refuses a ``metrics_port`` that is taken (0: any free one), before anything starts."""
+    if metrics_port and port_in_use(metrics_port):
+        raise KvldpError(f"metrics port {metrics_port} on 127.0.0.1 is in use (pass --metrics-port)")
     if external is not None:
         print(f"broker: {external.describe()} (external)")
         yield external

@@ -98,7 +98,7 @@ def run_periods_demo(collection: Collection, args: argparse.Namespace, external:
     # devices of a memoized or period-limited collection each send their own message
     batch_size = 1 if tracks_privacy(collection) and args.batch_size > 1 else args.batch_size
     live = sys.stdout.isatty()
-    with demo_broker(external) as kafka:
+    with demo_broker(external, args.metrics_port) as kafka:
 
         async def main(stop: asyncio.Event) -> None:
             aggregator, agg_stop, agg_task = await start_aggregator(collection, kafka, args.metrics_port)

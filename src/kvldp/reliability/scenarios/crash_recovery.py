@@ -19,6 +19,7 @@ from kvldp.reliability.scenarios.outcome import Outcome
 from kvldp.reliability.scenarios.waits import (
     folded,
     has_folded,
+    joined,
     until,
 )
 from kvldp.reliability.traffic import publish, report_batches
@@ -44,7 +45,7 @@ async def crash_recovery(
         await proc.start().ready()
         # once the process owns its partitions (a rejoin first waits out the dead member),
         # stream a segment over ~3 s and kill at a random moment inside it
-        await until(partial(_joined, proc, collection.aggregate.partitions), 60, poll=0.1)
+        await until(partial(joined, proc, collection.aggregate.partitions), 60, poll=0.1)
         segment = segments[k]
         sending = asyncio.create_task(
             publish(bootstrap, collection.reports_topic, segment, rate=len(segment) / 3.0)
@@ -74,9 +75,3 @@ async def crash_recovery(
         f"every kill landed mid-stream, after its process had folded something: {at_kill}",
     )
     return out
-
-
-async def _joined(proc: AggregatorProcess, partitions: int) -> bool:
-    """The process has fetched from every partition (its lag is known for each)."""
-    samples = await asyncio.to_thread(proc.samples)
-    return sum(1 for (name, _) in samples if name == "kvldp_consumer_lag_messages") >= partitions

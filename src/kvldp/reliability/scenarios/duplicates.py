@@ -1,5 +1,6 @@
 """The ``duplicates`` scenario: messages re-published as a retrying producer would, with
-report ids (counted once, across a SIGKILL) and without (all folded).
+report ids (counted once, across a SIGKILL that lands while the aggregator folds them)
+and without (all folded).
 
 Its independent oracle applies the documented de-duplication rule one report at a time.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter, deque
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +23,18 @@ from kvldp.reliability.scenarios.fresh_collection import make_collection
 from kvldp.reliability.scenarios.outcome import Outcome
 from kvldp.reliability.scenarios.waits import (
     drain,
-    has_folded,
+    folded_sum,
+    joined,
+    sum_reached,
     until,
 )
 from kvldp.reliability.traffic import Message, publish, report_batches
+
+#: seconds over which the first half of the stream is published, so that the kill can land
+#: while the aggregator is still folding it
+STREAM_SECONDS = 3.0
+#: the counters of the reports an aggregator has processed: folded, or dropped as duplicates
+PROCESSED = ("kvldp_reports_total", "kvldp_duplicates_total")
 
 
 def _with_resends(
@@ -68,7 +78,8 @@ async def duplicates(
     bootstrap: str, workdir: Path, reports: int = 20_000, fraction: float = 0.1, seed: int = 3
 ) -> Outcome:
     """10% of messages re-published (producer retries). With report ids they are counted
-    once, across a SIGKILL; without ids they cannot be told apart and are all folded."""
+    once, across a SIGKILL while the first half streams in; without ids they cannot be
+    told apart and are all folded."""
     out = Outcome("duplicates")
     rng = np.random.default_rng(seed)
     horizon = 5_000
@@ -87,21 +98,30 @@ async def duplicates(
     )
     expected_dups = int(sum(int(np.sum(~m)) for m in keep))
     resent_reports = sum(parts[i]["j"].shape[0] for i in index) - reports
-    # 1. with ids, and a SIGKILL halfway
+    # 1. with ids, and a SIGKILL in the middle of folding the first half: once the process
+    # owns its partition, that half streams over ~3 s, and the kill comes as soon as the
+    # process has processed some of it
     state_dir = workdir / f"{tagged.name}.state"
     proc = AggregatorProcess(tagged_path, bootstrap, workdir, f"{tagged.name}-a", state_dir=state_dir).start()
     await proc.ready()
+    await until(partial(joined, proc, tagged.aggregate.partitions), 60, poll=0.1)
     half = len(stream) // 2
-    await publish(bootstrap, tagged.reports_topic, stream[:half])
-    await until(lambda: has_folded(proc, 1), 60)
-    await asyncio.sleep(1.0)
+    first_half_reports = sum(parts[i]["j"].shape[0] for i in index[:half])
+    sending = asyncio.create_task(
+        publish(bootstrap, tagged.reports_topic, stream[:half], rate=half / STREAM_SECONDS)
+    )
+    await until(partial(sum_reached, proc, PROCESSED, 1), 60, poll=0.1)
+    at_kill = int(await folded_sum(proc, PROCESSED))
     proc.kill()
+    await sending
+    out.check(
+        0 < at_kill < first_half_reports,
+        f"the kill landed mid-fold: {at_kill} of the first half's {first_half_reports} reports processed",
+    )
     proc = AggregatorProcess(tagged_path, bootstrap, workdir, f"{tagged.name}-b", state_dir=state_dir).start()
     await proc.ready()
     await publish(bootstrap, tagged.reports_topic, stream[half:])
-    samples = await drain(
-        out, proc, ("kvldp_reports_total", "kvldp_duplicates_total"), reports + resent_reports, 120
-    )
+    samples = await drain(out, proc, PROCESSED, reports + resent_reports, 120)
     state = CheckpointStore(state_dir, tagged).load()
     assert state is not None
     compare(out, state, await replay_oracle(tagged, bootstrap, workdir), expected)
@@ -127,6 +147,7 @@ async def duplicates(
     out.figures.update(
         reports=reports,
         messages_published=len(stream),
+        processed_at_kill=at_kill,
         resent_reports=resent_reports,
         duplicates_dropped=state.duplicates_total,
         late_resends_folded=resent_reports - expected_dups,

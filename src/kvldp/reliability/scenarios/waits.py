@@ -25,6 +25,12 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float, poll: floa
     return False
 
 
+async def joined(proc: AggregatorProcess, partitions: int) -> bool:
+    """The process has fetched from every partition (its lag is known for each)."""
+    samples = await asyncio.to_thread(proc.samples)
+    return sum(1 for (name, _) in samples if name == "kvldp_consumer_lag_messages") >= partitions
+
+
 async def folded(proc: AggregatorProcess, name: str = "kvldp_reports_total") -> float:
     return total(await asyncio.to_thread(proc.samples), name)
 
@@ -33,9 +39,14 @@ async def has_folded(proc: AggregatorProcess, count: int, name: str = "kvldp_rep
     return await folded(proc, name) >= count
 
 
-async def sum_reached(proc: AggregatorProcess, names: tuple[str, ...], count: int) -> bool:
+async def folded_sum(proc: AggregatorProcess, names: tuple[str, ...]) -> float:
+    """The sum of the process's counters ``names``."""
     samples = await asyncio.to_thread(proc.samples)
-    return sum(total(samples, n) for n in names) >= count
+    return sum(total(samples, n) for n in names)
+
+
+async def sum_reached(proc: AggregatorProcess, names: tuple[str, ...], count: int) -> bool:
+    return await folded_sum(proc, names) >= count
 
 
 async def drain(
