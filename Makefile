@@ -31,9 +31,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy -p kvldp
 
-# the slowest tests are listed at the end: the suite must stay well under 20 minutes
+# the whole suite on TEST_WORKERS processes (pytest-xdist; docs/performance.md says what a
+# test must do to stay safe in parallel); the slowest tests are listed at the end: the
+# suite must stay well under 15 minutes
+TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest -q --durations=25
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=25
 
 # the peer libraries `kvldp bench peers` compares against (optional: not needed by make test)
 bench-deps: $(STAMP)

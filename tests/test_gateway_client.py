@@ -44,6 +44,7 @@ from kvldp.producer.retry_policy import parse_retry_after
 
 from support import run_kvldp
 from support.gateway_double import Answer, GatewayDouble
+from support.pipeline import wait_for
 from support.tls import TlsFiles
 
 TOKEN = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJwaG9uZS0xIn0.c2lnbmF0dXJl"
@@ -147,8 +148,7 @@ async def test_a_refused_connection_is_retried_until_the_gateway_listens() -> No
     async with sdk(c, url) as phone:
         await phone.report({"b": 3.0})
         transport = phone.transport
-        while getattr(transport, "retries", 0) < 2:
-            await asyncio.sleep(0.005)
+        await wait_for(lambda: getattr(transport, "retries", 0) >= 2, 30, "two refused connections")
         assert double.received == []
         await double.start(sock)
         try:
