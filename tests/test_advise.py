@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from kvldp.common.mechanisms import create
-from kvldp.evaluation.advisor import CANDIDATES, advise, named_population, reference_population
+from kvldp.evaluation.advisor import (
+    CANDIDATES,
+    OBJECTIVES,
+    advise,
+    advise_many,
+    named_population,
+    reference_population,
+)
 from kvldp.evaluation.prediction import DRAWS, clipped_normal_mse, predict, predict_by_draws
 from kvldp.evaluation.scoring import evaluate
 from kvldp.experiments import EXPERIMENTS
@@ -187,10 +194,20 @@ def test_frequency_ranking_offers_kvue_multi_with_t_chosen_by_the_prediction(eps
 
 def test_kvue_multi_is_ranked_for_the_frequency_objective_only_on_the_reference_population() -> None:
     """The reference population hides kvue_multi's rare-key mean cost; a named one shows it."""
+    reference = advise_many(100, 5.0, 50, 100_000, ("sum", "mean"))
+    named = advise_many(100, 5.0, 50, 20_000, ("sum", "mean"), dataset="sun_uniform")
     for objective in ("sum", "mean"):
-        assert all(a.mechanism != "kvue_multi" for a in advise(100, 5.0, 50, 100_000, objective))
-        named = advise(100, 5.0, 50, 20_000, objective, dataset="sun_uniform")
-        assert any(a.mechanism == "kvue_multi" for a in named)
+        assert all(a.mechanism != "kvue_multi" for a in reference[objective])
+        assert any(a.mechanism == "kvue_multi" for a in named[objective])
+
+
+@pytest.mark.parametrize("dataset", [None, "sun_uniform"])
+def test_one_set_of_predictions_ranks_every_objective_as_advise_does(dataset: str | None) -> None:
+    """advise_many scores each candidate once for all objectives; each objective's ranking,
+    PCKV's ell and kvue_multi's t chosen for it, is advise's for that objective."""
+    many = advise_many(20, 2.0, 4, 5_000, OBJECTIVES, dataset=dataset)
+    for objective in OBJECTIVES:
+        assert many[objective] == advise(20, 2.0, 4, 5_000, objective, dataset=dataset)
 
 
 def test_frequency_pick_on_sun_data_is_within_20_percent_of_the_best_simulated() -> None:

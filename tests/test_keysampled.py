@@ -325,3 +325,38 @@ def test_eb_means_follow_keys_of_like_frequency(name: str) -> None:
         gain.append(np.sum((np.nan_to_num(em.mean) - m_true) ** 2) - np.sum((eb.mean - m_true) ** 2))
     g = np.array(gain)
     assert g.mean() > 4 * g.std(ddof=1) / np.sqrt(reps), g
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("kvue", {}), ("kvoh", {}), ("f2m", {}), ("privkv", {}), ("kvue_multi", {"t": 2})]
+)
+def test_estimate_many_is_estimate_on_each_snapshot(name: str, params: dict[str, int]) -> None:
+    """``em`` and ``eb`` on a batch of snapshots (the draws of a prediction) answer what they
+    answer on each snapshot alone, up to round-off. Counts are drawn from random states per
+    key; the first four snapshots are edge cases: no reports at all (every mean undefined),
+    keys without reports among others, and two keys or one with reports (too few for the
+    means' line, or for any spread)."""
+    mech = create(name, 30, 1.0, **params)
+    assert isinstance(mech, KeySampledMechanism)
+    n, snapshots = 6000, 8
+    rng = np.random.default_rng(17)
+    states = rng.dirichlet([0.5, 2.0, 0.5], size=(snapshots, mech.d))
+    reports = rng.integers(0, 2 * n // mech.d, (snapshots, mech.d))
+    counts = rng.multinomial(reports, states @ mech.transition().T).astype(np.float64)
+    counts[0] = 0.0
+    counts[1, ::4] = 0.0
+    counts[2, 2:] = 0.0
+    counts[3, 1:] = 0.0
+    for estimator in ("em", "eb"):
+        if estimator not in mech.estimator_names:
+            continue
+        freq, mean = mech.estimate_many(n, {"counts": counts}, estimator)
+        assert freq.shape == mean.shape == (snapshots, mech.d)
+        for r in range(snapshots):
+            one = mech.estimate(
+                Stats.expected(mech, {"counts": counts[r], "n": np.array([float(n)])}), estimator
+            )
+            np.testing.assert_allclose(freq[r], one.frequency, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(mean[r], one.mean, rtol=1e-12, atol=1e-15)
+        if estimator == "em":
+            assert np.isnan(mean[0]).all() and np.isnan(freq[1, ::4]).all() and np.isnan(mean[2, 2:]).all()

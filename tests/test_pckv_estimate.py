@@ -358,6 +358,45 @@ def test_no_reports_gives_nan(cls: type[PCKV]) -> None:
         assert est.diagnostics["undefined_means"] == 3
 
 
+def snapshot_counts(mech: PCKV, n: int, snapshots: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(n1, n2) of ``snapshots`` random snapshots of n reports (snapshots, d), from PCKV's
+    two-type model with random holders and means per key; the first four are edge cases:
+    no key with a count (every mean undefined), keys without a count among others, and
+    two keys or one with counts (too few for the means' line, or for any spread)."""
+    rng = np.random.default_rng(seed)
+    holders = (rng.random((snapshots, mech.d)) < 0.7) * rng.integers(0, n // 4, (snapshots, mech.d))
+    qp, qm = mech.holder_probabilities(rng.uniform(-1.0, 1.0, (snapshots, mech.d)))
+    held = np.stack([qp, qm, 1.0 - qp - qm], axis=-1)
+    rest = np.array([mech.b / 2, mech.b / 2, 1.0 - mech.b])
+    counts = (rng.multinomial(holders, held) + rng.multinomial(n - holders, rest)).astype(np.float64)
+    counts[0] = 0.0
+    counts[1, ::4] = 0.0
+    counts[2, 2:] = 0.0
+    counts[3, 1:] = 0.0
+    return counts[..., 0], counts[..., 1]
+
+
+@pytest.mark.parametrize("cls", MECHS)
+@pytest.mark.parametrize("ell", [1, 3])
+def test_estimate_many_is_estimate_on_each_snapshot(cls: type[PCKV], ell: int) -> None:
+    """Every estimator on a batch of snapshots (the draws of a prediction) answers what it
+    answers on each snapshot alone, up to round-off, edge cases included."""
+    n, snapshots = 4000, 8
+    mech = cls(30, 1.0, ell=ell)
+    n1, n2 = snapshot_counts(mech, n, snapshots, 3 + ell)
+    for name in mech.estimator_names:
+        freq, mean = mech.estimate_many(n, {"n1": n1, "n2": n2}, name)
+        assert freq.shape == mean.shape == (snapshots, mech.d)
+        for r in range(snapshots):
+            one = mech.estimate(
+                Stats.expected(mech, {"n": np.array([float(n)]), "n1": n1[r], "n2": n2[r]}), name
+            )
+            np.testing.assert_allclose(freq[r], one.frequency, rtol=1e-12, atol=1e-15)
+            np.testing.assert_allclose(mean[r], one.mean, rtol=1e-12, atol=1e-15)
+    em = mech.estimate_many(n, {"n1": n1, "n2": n2}, "em")[1]
+    assert np.isnan(em[0]).all() and np.isnan(em[1, ::4]).all() and np.isnan(em[2, 2:]).all()
+
+
 # ---------------------------------------------------------------------- EM against Algorithm 4
 def rare_key_population(d: int, n: int, seed: int) -> KVData:
     """One pair per user, key shares falling off like PCKV's GG data (the last keys are held

@@ -10,10 +10,11 @@ mu has sd ~ sqrt(1/sum w) and tau^2 ~ sqrt(2/sum w^2); bands are 4 of those.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 import numpy as np
 
-from kvldp.common.shrinkage import fit_prior, shrink
+from kvldp.common.shrinkage import Shrunk, fit_prior, shrink
 
 
 def draw(keys: int, mu: float, tau: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -112,3 +113,37 @@ def test_a_centre_that_moves_with_a_covariate_is_fitted_as_a_line() -> None:
     assert np.mean((line.value - truth) ** 2) < raw
     rms = math.sqrt(np.mean((line.value - truth) ** 2 / line.variance))
     assert rms < 1 + 4 / math.sqrt(2 * keys)
+
+
+def test_a_batch_is_shrunk_row_by_row() -> None:
+    """Rows of a batch (R, d), the draws of a prediction, are shrunk each toward its own
+    prior, as each would be alone, through every special case of the fit: a row without
+    any usable key, with one, with two (too few for the line), with exact estimates
+    (s^2 = 0), with one value of the covariate (a line the keys cannot identify), with noise far
+    above the spread (unidentified), with holes in estimates, variances and covariate; and
+    the line fitted where the keys identify it."""
+    rng = np.random.default_rng(8)
+    rows, keys = 9, 40
+    z = rng.uniform(0.01, 1.0, (rows, keys))
+    var = 0.01 / z
+    x = 2 * z - 1 + rng.normal(0.0, np.sqrt(var))
+    x[0] = np.nan
+    x[1, 1:] = np.nan
+    x[2, 2:] = np.nan
+    var[3, :5] = 0.0
+    z[4] = 0.5
+    var[5] = 25.0
+    x[6, ::3] = np.nan
+    z[6, 1::5] = np.nan
+    var[7, :4] = np.inf
+    own = var * rng.uniform(0.5, 2.0, (rows, keys))
+    for fit_below, covariate in ((None, None), (0.05, z)):
+        batch = shrink(x, var, -1.0, 1.0, own, fit_below, covariate)
+        for r in range(rows):
+            alone = shrink(x[r], var[r], -1.0, 1.0, own[r], fit_below, None if covariate is None else z[r])
+            for field in fields(Shrunk):
+                np.testing.assert_allclose(
+                    getattr(batch, field.name)[r], getattr(alone, field.name), rtol=1e-12, atol=0
+                )
+        lines = batch.prior_slope != 0
+        assert not lines[:3].any() and lines.any() == (covariate is not None)

@@ -36,6 +36,10 @@ information (s_k = inf, or no estimate at all) gets mu with the standard error o
 upper spread: honest on average over keys, which is what a prior can promise; a single
 key whose value is far from the others is pulled toward them by B_k (x_k - mu), and its
 interval is honest only in that average sense, the price of shrinkage.
+
+Batches. Every function takes one estimate (d keys) or a batch of estimates (..., d),
+such as the draws behind a predicted error, and fits and shrinks each row on its own
+keys, as if it were alone: one estimate is the batch of one.
 """
 
 from __future__ import annotations
@@ -45,8 +49,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from kvldp.common.primitives import FloatArray
+
+BoolArray = NDArray[np.bool_]
 
 #: fixed-point iterations of the moment equations (they converge in a handful)
 MAX_ITER = 200
@@ -60,95 +67,125 @@ SLOPE_T2 = 9.0
 #: a mean's prior is fitted on keys whose mean has sd <= 1/4 only: there clipping into
 #: [-1, 1] rarely binds and the estimate is close to normal
 MEAN_FIT_VARIANCE = 1.0 / 16.0
+#: singular values of the least-squares systems (2 x 2) treated as 0, relative to the largest:
+#: ``lstsq``'s default cutoff, eps times the system's size
+LSTSQ_RCOND = 2 * float(np.finfo(np.float64).eps)
 
 
 @dataclass(frozen=True)
 class Shrunk:
-    """Posterior means and variances per key, and the fitted prior.
+    """Posterior means and variances per key, and the fitted priors, of one estimate (d,)
+    or of a batch of estimates (..., d), each shrunk toward its own prior.
 
-    ``prior_mean`` is the prior's centre averaged over the keys (its intercept plus slope
-    times the mean covariate when a covariate is used), ``prior_slope`` its slope in the
-    covariate (0 without one)."""
+    The priors' fields have the batch's shape (() for one estimate): ``prior_mean`` is the
+    prior's centre averaged over the keys (its intercept plus slope times the mean
+    covariate when a covariate is used), ``prior_slope`` its slope in the covariate (0
+    without one)."""
 
     value: FloatArray
     variance: FloatArray
-    prior_mean: float
-    prior_variance: float
-    prior_slope: float = 0.0
+    prior_mean: FloatArray
+    prior_variance: FloatArray
+    prior_slope: FloatArray
 
 
 @dataclass(frozen=True)
 class Prior:
-    """A fitted prior t_k ~ N(z_k . coef, tau^2), with the covariance of ``coef``."""
+    """Fitted priors t_k ~ N(coef[0] + coef[1] z_k, tau^2), one per row of a batch: ``coef``
+    (..., 2) with its covariance ``coef_cov`` (..., 2, 2), ``tau2`` (...). A prior fitted
+    without the line has slope 0, and no uncertainty in it."""
 
     coef: FloatArray
-    tau2: float
+    tau2: FloatArray
     coef_cov: FloatArray
 
 
-def _design(count: int, covariate: FloatArray | None) -> FloatArray:
-    """Rows (1,) or (1, z_k): the prior's centre is an intercept, or a line in z."""
-    ones = np.ones((count, 1))
-    if covariate is None:
-        return ones
-    return np.hstack([ones, np.asarray(covariate, dtype=np.float64).reshape(count, 1)])
+def _rows(x: FloatArray, like: FloatArray) -> FloatArray:
+    """``x`` broadcast to the batch ``like`` (..., d) and flattened to rows (R, d)."""
+    return np.broadcast_to(np.asarray(x, dtype=np.float64), like.shape).reshape(-1, like.shape[-1])
 
 
 def fit_regression_prior(x: FloatArray, var: FloatArray, covariate: FloatArray | None = None) -> Prior:
-    """The normal prior N(z . coef, tau^2) from the keys with a finite estimate and variance.
+    """The normal prior N(coef[0] + coef[1] z, tau^2) of each row of ``x`` (d,) or (..., d),
+    from the row's keys with a finite estimate, variance and covariate.
 
     Solves the moment equations (Morris 1983, with a regression centre as in Fay and
     Herriot 1979): coef by weighted least squares with w = 1/(s^2 + tau^2), and
-    tau^2 = sum w^2 (r^2 - s^2) / sum w^2 >= 0 for the residuals r = x - z . coef. With
-    too few usable keys for the line (fewer than its parameters + 1) the centre is a
-    plain mean; without any, 0; with fewer than two there is no spread (tau^2 = 0).
+    tau^2 = sum w^2 (r^2 - s^2) / sum w^2 >= 0 for the residuals r = x - z . coef. Where
+    the keys do not identify the line (one value of z) coef is the minimum-norm solution,
+    as ``lstsq`` gives it. With too few usable keys for the line (fewer than its
+    parameters + 1) the centre is a plain mean; without any, 0; with fewer than two there
+    is no spread (tau^2 = 0). Each row is fitted on its own keys, to its own fixed point,
+    exactly as if it were fitted alone.
     """
     x = np.asarray(x, dtype=np.float64)
-    var = np.asarray(var, dtype=np.float64)
-    design = _design(x.shape[0], covariate)
-    ok = np.isfinite(x) & np.isfinite(var) & np.all(np.isfinite(design), axis=1)
-    xs, vs, zs = x[ok], np.maximum(var[ok], 0.0), design[ok]
-    if xs.size <= zs.shape[1]:
-        zs = zs[:, :1]
-    width = zs.shape[1]
-    if xs.size == 0:
-        return _padded(Prior(np.zeros(1), 0.0, np.zeros((1, 1))), design.shape[1])
-    if xs.size < 2:
-        return _padded(Prior(np.array([xs.mean()]), 0.0, np.zeros((1, 1))), design.shape[1])
-    tau2 = max(float(np.var(xs) - np.mean(vs)), 0.0)
-    coef = np.zeros(width)
-    info = np.eye(width)
+    xs, vs = _rows(x, x), _rows(var, x)
+    ok = np.isfinite(xs) & np.isfinite(vs)
+    z = np.zeros_like(xs) if covariate is None else _rows(covariate, x)
+    ok &= np.isfinite(z)
+    count = ok.sum(axis=1)
+    # a row without the line has its covariate column at 0: its fit is a plain mean, slope 0
+    line = count > 2 if covariate is not None else np.zeros(count.shape, dtype=bool)
+    xs, vs = np.where(ok, xs, 0.0), np.where(ok, np.maximum(vs, 0.0), 0.0)
+    design = np.stack([np.ones_like(xs), np.where(ok & line[:, None], z, 0.0)], axis=-1)
+    coef = np.zeros((xs.shape[0], 2))
+    coef[count == 1, 0] = xs[count == 1].sum(axis=1)  # the one usable estimate
+    tau2 = np.zeros(xs.shape[0])
+    cov = np.zeros((xs.shape[0], 2, 2))
+    fit = np.flatnonzero(count >= 2)
+    if fit.size:
+        coef[fit], tau2[fit], cov[fit] = _moment_fit(xs[fit], vs[fit], design[fit], ok[fit])
+    shape = x.shape[:-1]
+    return Prior(coef.reshape(*shape, 2), tau2.reshape(shape), cov.reshape(*shape, 2, 2))
+
+
+def _moment_fit(
+    xs: FloatArray, vs: FloatArray, design: FloatArray, ok: BoolArray
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """(coef, tau^2, Cov coef) of each row by the fixed point of :func:`fit_regression_prior`,
+    for rows with at least two usable keys ``ok`` (the others 0 in ``xs`` and ``vs``)."""
+    count = ok.sum(axis=1)
+    centre = xs.sum(axis=1) / count
+    spread = np.where(ok, (xs - centre[:, None]) ** 2, 0.0).sum(axis=1) / count
+    tau2 = np.maximum(spread - vs.sum(axis=1) / count, 0.0)
+    exact = np.any(ok & (vs <= 0), axis=1)
+    coef = np.zeros((xs.shape[0], 2))
+    rows = np.arange(xs.shape[0])
     for _ in range(MAX_ITER):
-        w = 1.0 / (vs + tau2) if tau2 > 0 or np.all(vs > 0) else np.ones_like(vs)
-        info = zs.T @ (w[:, None] * zs)
-        coef = np.linalg.lstsq(info, zs.T @ (w * xs), rcond=None)[0]
-        resid = xs - zs @ coef
-        new = max(float(np.sum(w**2 * (resid**2 - vs)) / np.sum(w**2)), 0.0)
-        if abs(new - tau2) <= TOL * max(new, 1e-300):
-            tau2 = new
+        if rows.size == 0:
             break
-        tau2 = new
-    w = 1.0 / (vs + tau2) if tau2 > 0 or np.all(vs > 0) else np.ones_like(vs)
-    info = zs.T @ (w[:, None] * zs)
-    return _padded(Prior(coef, tau2, np.linalg.pinv(info)), design.shape[1])
+        x, v, zs, before = xs[rows], vs[rows], design[rows], tau2[rows]
+        w = _weights(v, before, exact[rows], ok[rows])
+        info, rhs = _normal_equations(zs, w, x)
+        c = (np.linalg.pinv(info, rcond=LSTSQ_RCOND) @ rhs[:, :, None])[:, :, 0]
+        resid = x - np.einsum("rki,ri->rk", zs, c)
+        w2 = w**2
+        new = np.maximum(np.sum(w2 * (resid**2 - v), axis=1) / np.sum(w2, axis=1), 0.0)
+        coef[rows], tau2[rows] = c, new
+        rows = rows[~(np.abs(new - before) <= TOL * np.maximum(new, 1e-300))]
+    info, _ = _normal_equations(design, _weights(vs, tau2, exact, ok), xs)
+    return coef, tau2, np.asarray(np.linalg.pinv(info), dtype=np.float64)
 
 
-def _padded(prior: Prior, width: int) -> Prior:
-    """The prior with a zero slope (and no uncertainty in it) where only a mean was fitted."""
-    have = prior.coef.shape[0]
-    if have == width:
-        return prior
-    coef = np.zeros(width)
-    coef[:have] = prior.coef
-    cov = np.zeros((width, width))
-    cov[:have, :have] = prior.coef_cov
-    return Prior(coef, prior.tau2, cov)
+def _weights(vs: FloatArray, tau2: FloatArray, exact: BoolArray, ok: BoolArray) -> FloatArray:
+    """w = 1/(s^2 + tau^2) on the usable keys ``ok`` (0 on the others); equal weights in a
+    row with no spread (tau^2 = 0) where some key is ``exact`` (s^2 = 0)."""
+    total = vs + tau2[:, None]
+    inverse = (tau2 > 0) | ~exact
+    w = np.divide(1.0, total, out=np.ones_like(total), where=ok & inverse[:, None])
+    return np.where(ok, w, 0.0)
+
+
+def _normal_equations(design: FloatArray, w: FloatArray, x: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Z^T W Z (R, 2, 2) and Z^T W x (R, 2) of weighted least squares, per row."""
+    weighted = design * w[:, :, None]
+    return np.swapaxes(weighted, 1, 2) @ design, np.einsum("rki,rk->ri", weighted, x)
 
 
 def fit_prior(x: FloatArray, var: FloatArray) -> tuple[float, float]:
-    """(mu, tau^2) of the normal prior N(mu, tau^2): :func:`fit_regression_prior` without a covariate."""
+    """(mu, tau^2) of the normal prior N(mu, tau^2) of one estimate: :func:`fit_regression_prior` without a covariate."""
     prior = fit_regression_prior(x, var)
-    return float(prior.coef[0]), prior.tau2
+    return float(prior.coef[0]), float(prior.tau2)
 
 
 def shrink(
@@ -161,6 +198,9 @@ def shrink(
     covariate: FloatArray | None = None,
 ) -> Shrunk:
     """Shrink ``x`` (variances ``var``) toward the fitted prior; results clipped into [lo, hi].
+
+    ``x`` is one estimate (d,) or a batch of estimates (..., d), the other arguments of
+    its shape: each row is shrunk toward its own prior, exactly as if it were shrunk alone.
 
     ``var`` sets the weights and must not carry the key's own noise (a variance evaluated at
     the noisy estimate makes the noisiest keys look precise or hopeless at random);
@@ -191,45 +231,74 @@ def shrink(
     bring an estimate closer to the truth, so the variances are not changed by it.
     """
     x = np.asarray(x, dtype=np.float64)
-    var = np.asarray(var, dtype=np.float64)
-    fit = np.ones(x.shape, dtype=bool) if fit_below is None else np.asarray(var) <= fit_below
-    identified = int(np.sum(fit & np.isfinite(x) & np.isfinite(var))) >= MIN_FIT_KEYS
-    fit_x = np.where(fit, x, np.nan) if identified else x
-    z = None if covariate is None else np.asarray(covariate, dtype=np.float64)
-    prior = fit_regression_prior(fit_x, var, z)
-    if z is not None and not prior.coef[1] ** 2 > SLOPE_T2 * prior.coef_cov[1, 1]:
-        z = None  # no line the keys can tell from a flat centre: one centre, as without z
-        prior = fit_regression_prior(fit_x, var)
-    tau2 = prior.tau2
-    design = _design(x.shape[0], z)
-    if z is not None:  # keys without a covariate sit at the fitted keys' mean covariate
-        used = np.isfinite(z) & np.isfinite(fit_x) & np.isfinite(var)
-        design[~np.isfinite(z), 1] = float(z[used].mean())
-    mu = np.clip(design @ prior.coef, lo, hi)
-    var_mu = np.einsum("ki,ij,kj->k", design, prior.coef_cov, design)
-    informed = np.isfinite(x) & np.isfinite(var)
-    s2 = np.where(informed, np.maximum(var, 0.0), np.inf)
-    total = s2 + tau2
+    xs, vs = _rows(x, x), _rows(var, x)
+    fit = np.ones(xs.shape, dtype=bool) if fit_below is None else vs <= fit_below
+    identified = np.sum(fit & np.isfinite(xs) & np.isfinite(vs), axis=1) >= MIN_FIT_KEYS
+    fit_x = np.where(identified[:, None] & ~fit, np.nan, xs)
+    line = np.zeros(xs.shape[0], dtype=bool)
+    z = np.zeros_like(xs)
+    if covariate is not None:
+        z = _rows(covariate, x)
+        prior = fit_regression_prior(fit_x, vs, z)
+        line = prior.coef[:, 1] ** 2 > SLOPE_T2 * prior.coef_cov[:, 1, 1]
+        coef, tau2, coef_cov = prior.coef, prior.tau2, prior.coef_cov
+        # no line the keys can tell from a flat centre: one centre, as without z
+        flat = np.flatnonzero(~line)
+        if flat.size:
+            plain = fit_regression_prior(fit_x[flat], vs[flat])
+            coef[flat], tau2[flat], coef_cov[flat] = plain.coef, plain.tau2, plain.coef_cov
+        # keys without a covariate sit at the fitted keys' mean covariate
+        used = np.isfinite(z) & np.isfinite(fit_x) & np.isfinite(vs)
+        n_used = used.sum(axis=1)
+        z_mean = np.divide(
+            np.where(used, z, 0.0).sum(axis=1), n_used, out=np.zeros(n_used.shape), where=n_used > 0
+        )
+        z = np.where(line[:, None], np.where(np.isfinite(z), z, z_mean[:, None]), 0.0)
+    else:
+        prior = fit_regression_prior(fit_x, vs)
+        coef, tau2, coef_cov = prior.coef, prior.tau2, prior.coef_cov
+    design = np.stack([np.ones_like(z), z], axis=-1)
+    mu = np.clip(np.einsum("rki,ri->rk", design, coef), lo, hi)
+    var_mu = np.einsum("rki,rij,rkj->rk", design, coef_cov, design)
+    informed = np.isfinite(xs) & np.isfinite(vs)
+    s2 = np.where(informed, np.maximum(vs, 0.0), np.inf)
+    total = s2 + tau2[:, None]
     weighted = informed & (total > 0)
     w = np.divide(1.0, total, out=np.zeros_like(total), where=weighted)
-    sum_w = float(w.sum())
-    var_tau2 = 2.0 / float(np.sum(w**2)) if sum_w > 0 else 0.0
+    sum_w2 = np.sum(w**2, axis=1)
+    var_tau2 = np.divide(2.0, sum_w2, out=np.zeros_like(sum_w2), where=w.sum(axis=1) > 0)
     # B = s^2/(s^2 + tau^2): 1 without information, 0 for an exact estimate
     big_b = np.where(informed, np.divide(s2, total, out=np.zeros_like(total), where=weighted), 1.0)
     slope = -np.divide(s2, total**2, out=np.zeros_like(total), where=weighted)
-    dev = np.where(informed, x - mu, 0.0)
+    dev = np.where(informed, xs - mu, 0.0)
     value = mu + (1.0 - big_b) * dev
     # the error of value is (1-B)(x - t) - B(t - mu): its variance, with B as used and the
     # prior's spread at the upper end of what the keys allow (tau^2 + 2 sd, at most the
     # variance a quantity in [lo, hi] can have), so an unidentified spread is not taken as 0
     widest = np.maximum((hi - mu) * (mu - lo), 0.0)
-    tau2_hi = np.minimum(tau2 + 2.0 * math.sqrt(var_tau2), widest) if identified else widest
-    own = var if error_var is None else np.asarray(error_var, dtype=np.float64)
+    upper = np.minimum((tau2 + 2.0 * np.sqrt(var_tau2))[:, None], widest)
+    tau2_hi = np.where(identified[:, None], upper, widest)
+    own = vs if error_var is None else _rows(error_var, x)
     informed_s2 = np.where(informed, np.maximum(own, 0.0), 0.0)
-    variance = (1.0 - big_b) ** 2 * informed_s2 + big_b**2 * (tau2_hi + var_mu) + slope**2 * var_tau2 * dev**2
-    centre = float(np.mean(mu[informed])) if informed.any() else float(np.mean(mu))
-    line = float(prior.coef[1]) if z is not None else 0.0
-    return Shrunk(np.clip(value, lo, hi), variance, centre, tau2, line)
+    variance = (
+        (1.0 - big_b) ** 2 * informed_s2
+        + big_b**2 * (tau2_hi + var_mu)
+        + slope**2 * var_tau2[:, None] * dev**2
+    )
+    n_informed = informed.sum(axis=1)
+    centre = np.where(
+        n_informed > 0,
+        np.where(informed, mu, 0.0).sum(axis=1) / np.maximum(n_informed, 1),
+        np.mean(mu, axis=1),
+    )
+    shape = x.shape[:-1]
+    return Shrunk(
+        np.clip(value, lo, hi).reshape(x.shape),
+        variance.reshape(x.shape),
+        centre.reshape(shape),
+        tau2.reshape(shape),
+        np.where(line, coef[:, 1], 0.0).reshape(shape),
+    )
 
 
 def shrink_means(
@@ -241,8 +310,9 @@ def shrink_means(
 ) -> Shrunk:
     """Per-key means shrunk toward a prior centred on a line in the shrunk ``frequency``.
 
+    ``mean`` is one estimate's (d,) or a batch's (..., d), each shrunk on its own.
     ``variances(f, m)`` gives a mechanism's (Var f^, Var m^) per key at frequency f and
-    mean m. The weights take Var m^ at stable values, not at each key's noisy estimate:
+    mean m, of that shape. The weights take Var m^ at stable values, not at each key's noisy estimate:
     at the keys' RMS mean (the m^2 term of Var m^ at a noisy m^ near +-1 doubles it and
     over-shrinks exactly the keys far from the others) and at the EM frequency each mean
     was divided by, or the shrunk one where lower, at least ``floor`` (an
@@ -251,19 +321,30 @@ def shrink_means(
     information" and leaves as the prior's centre with the prior's standard error.
     """
     defined = ~np.isnan(mean)
-    rms = float(np.sqrt(np.mean(mean[defined] ** 2))) if defined.any() else 0.0
     f_eval = np.maximum(np.minimum(np.nan_to_num(em_frequency, nan=0.0), frequency.value), floor)
-    _, var_m = variances(f_eval, np.full(mean.shape, rms))
+    _, var_m = variances(f_eval, np.broadcast_to(rms_mean(mean), mean.shape).copy())
     _, own_m = variances(f_eval, np.nan_to_num(mean, nan=0.0))
     return shrink(
         mean, np.where(defined, var_m, np.inf), -1.0, 1.0, own_m, MEAN_FIT_VARIANCE, frequency.value
     )
 
 
+def rms_mean(mean: FloatArray) -> FloatArray:
+    """The RMS of the defined (not NaN) means of each estimate (..., d), 0 where none is:
+    shape (..., 1)."""
+    defined = ~np.isnan(mean)
+    count = defined.sum(axis=-1, keepdims=True)
+    square = np.where(defined, mean, 0.0) ** 2
+    total = square.sum(axis=-1, keepdims=True)
+    return np.asarray(
+        np.sqrt(np.divide(total, count, out=np.zeros(count.shape), where=count > 0)), dtype=np.float64
+    )
+
+
 def prior_diagnostics(frequency: Shrunk, mean: Shrunk) -> dict[str, object]:
-    """The fitted priors as an estimate's diagnostics: (centre, spread) of each, the means' slope."""
+    """One estimate's fitted priors as its diagnostics: (centre, spread) of each, the means' slope."""
     return {
-        "prior_frequency": (frequency.prior_mean, math.sqrt(frequency.prior_variance)),
-        "prior_mean": (mean.prior_mean, math.sqrt(mean.prior_variance)),
-        "prior_mean_slope": mean.prior_slope,
+        "prior_frequency": (float(frequency.prior_mean), math.sqrt(frequency.prior_variance)),
+        "prior_mean": (float(mean.prior_mean), math.sqrt(mean.prior_variance)),
+        "prior_mean_slope": float(mean.prior_slope),
     }

@@ -31,6 +31,9 @@ frequency objective only, on a named one for every objective (see ``FREQUENCY_CA
 up to the first t whose prediction is worse than its predecessor's (the variance is
 unimodal in t: more reports per key against a GRR over 3^t symbols).
 
+Rankings for several objectives on one deployment (:func:`advise_many`) share their
+predictions: each candidate with its parameters is predicted once.
+
 Predictions are computed on a population of at most about ``PAIR_BUDGET`` pairs (or
 ``DATASET_USERS`` devices of a named dataset) and scaled to n devices: every variance
 here is first order in 1/n, the bias does not depend on n, and the draws are of the
@@ -40,6 +43,7 @@ counts of n devices.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -185,27 +189,41 @@ def _advice(c: Candidate, params: dict[str, Any], pred: Prediction) -> Advice:
     )
 
 
-def _score(c: Candidate, params: dict[str, Any], d: int, epsilon: float, pop: KVData, scale: float) -> Advice:
-    mech = create(c.mechanism, d, epsilon, **params)
-    if isinstance(mech, (PCKVEstimation, KeySampledMechanism)) and c.estimator in ("em", "eb"):
-        return _advice(c, params, predict_by_draws(mech, pop, c.estimator, scale_users=scale))
-    return _advice(c, params, predict(mech, pop, c.estimator, scale_users=scale))
+#: a candidate's prediction on the deployment at hand, from its parameters
+Scorer = Callable[[Candidate, dict[str, Any]], Advice]
 
 
-def _best_ell(
-    c: Candidate, d: int, epsilon: float, pop: KVData, scale: float, objective: str, per_device: int
-) -> Advice:
+def _scorer(d: int, epsilon: float, pop: KVData, scale: float) -> Scorer:
+    """Scores of candidates on one deployment, each (mechanism, estimator, parameters)
+    predicted once however often it is asked for (by every objective ranked)."""
+    done: dict[tuple[str, str, tuple[tuple[str, Any], ...]], Advice] = {}
+
+    def score(c: Candidate, params: dict[str, Any]) -> Advice:
+        key = (c.mechanism, c.estimator, tuple(sorted(params.items())))
+        if key not in done:
+            mech = create(c.mechanism, d, epsilon, **params)
+            if isinstance(mech, (PCKVEstimation, KeySampledMechanism)) and c.estimator in ("em", "eb"):
+                pred = predict_by_draws(mech, pop, c.estimator, scale_users=scale)
+            else:
+                pred = predict(mech, pop, c.estimator, scale_users=scale)
+            done[key] = _advice(c, params, pred)
+        return done[key]
+
+    return score
+
+
+def _best_ell(c: Candidate, score: Scorer, objective: str, per_device: int) -> Advice:
     """PCKV with the ell whose analytic (linear-estimator) prediction is lowest over :func:`_ell_grid`."""
     linear = replace(c, estimator="unbiased")
-    options = [_score(linear, {"ell": ell}, d, epsilon, pop, scale) for ell in _ell_grid(per_device)]
+    options = [score(linear, {"ell": ell}) for ell in _ell_grid(per_device)]
     return min(options, key=lambda a: a.objective(objective))
 
 
-def _best_t(c: Candidate, d: int, epsilon: float, pop: KVData, scale: float, objective: str) -> Advice:
+def _best_t(c: Candidate, score: Scorer, objective: str, d: int) -> Advice:
     """``kvue_multi`` at the t with the lowest predicted objective (t = 1, 2, ... while it falls)."""
-    best = _score(c, {"t": 1}, d, epsilon, pop, scale)
+    best = score(c, {"t": 1})
     for t in range(2, min(d, T_MAX) + 1):
-        trial = _score(c, {"t": t}, d, epsilon, pop, scale)
+        trial = score(c, {"t": t})
         if not trial.objective(objective) < best.objective(objective):
             break
         best = trial
@@ -226,8 +244,23 @@ def advise(
     with it, they default to the population's largest device and its size (a ratings
     file's own devices, else 100,000).
     """
-    if objective not in OBJECTIVES:
-        raise KvldpError(f"unknown objective {objective!r} (one of: {', '.join(OBJECTIVES)})")
+    return advise_many(keys, epsilon, keys_per_device, users, (objective,), dataset)[objective]
+
+
+def advise_many(
+    keys: int,
+    epsilon: float,
+    keys_per_device: int | None,
+    users: int | None,
+    objectives: Sequence[str],
+    dataset: str | None = None,
+) -> dict[str, list[Advice]]:
+    """:func:`advise`'s ranking for each of ``objectives``, on one deployment and from one
+    set of predictions: a candidate with given parameters is predicted once, however many
+    objectives rank it (PCKV's ell and kvue_multi's t are still chosen per objective)."""
+    for objective in objectives:
+        if objective not in OBJECTIVES:
+            raise KvldpError(f"unknown objective {objective!r} (one of: {', '.join(OBJECTIVES)})")
     if dataset is None:
         if keys_per_device is None:
             raise KvldpError("--keys-per-device is required without --dataset")
@@ -241,24 +274,31 @@ def advise(
             users = pop.n_users if dataset.startswith(datasets.CSV_PREFIX) else 100_000
         keys_per_device = keys_per_device or max(1, int(pop.sizes.max(initial=1)))
         keys_per_device = min(keys_per_device, keys)
-    scale = users / pop.n_users
+    score = _scorer(keys, epsilon, pop, users / pop.n_users)
+    named = dataset is not None
+    return {o: _ranking(o, score, keys, keys_per_device, named, pop.sizes) for o in objectives}
+
+
+def _ranking(
+    objective: str, score: Scorer, keys: int, keys_per_device: int, named: bool, sizes: IntArray
+) -> list[Advice]:
+    """The candidates for ``objective``, scored, best first, each with its explanation."""
     found: list[Advice] = []
     linear: dict[str, Advice] = {}
-    for c in candidates(objective, dataset is not None):
+    for c in candidates(objective, named):
         if c.mechanism.startswith("pckv"):
             if c.mechanism not in linear:
-                linear[c.mechanism] = _best_ell(c, keys, epsilon, pop, scale, objective, keys_per_device)
+                linear[c.mechanism] = _best_ell(c, score, objective, keys_per_device)
             chosen = linear[c.mechanism]
-            scored = _score(c, chosen.params, keys, epsilon, pop, scale)
             # the padding bias is the mechanism's, whichever estimator runs on it
-            found.append(replace(scored, bias_share_frequency=chosen.bias_share_frequency))
+            found.append(replace(score(c, chosen.params), bias_share_frequency=chosen.bias_share_frequency))
         elif c.mechanism == "kvue_multi":
-            found.append(_best_t(c, keys, epsilon, pop, scale, objective))
+            found.append(_best_t(c, score, objective, keys))
         else:
-            found.append(_score(c, dict(c.params), keys, epsilon, pop, scale))
+            found.append(score(c, dict(c.params)))
     found.sort(key=lambda a: a.objective(objective))
     best = found[0].objective(objective)
-    return [_explain(a, objective, best, keys_per_device, pop.sizes) for a in found]
+    return [_explain(a, objective, best, keys_per_device, sizes) for a in found]
 
 
 def _description(a: Advice) -> str:

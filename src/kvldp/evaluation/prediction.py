@@ -26,7 +26,6 @@ with the estimator's own nonlinearity kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,23 +127,22 @@ def predict_by_draws(
 
     PCKV's counts come from :func:`_pckv_draws`, a key-sampled mechanism's from
     :func:`_key_sampled_draws`; the counts are drawn as the integers they are, so rare
-    keys' small counts keep their nonlinearity. A mean the estimator leaves undefined is
-    scored as 0, as ``kvldp evaluate`` scores it.
+    keys' small counts keep their nonlinearity. The estimator runs on all draws at once
+    (``estimate_many``: what ``estimate`` answers on each draw; a key-sampled mechanism's
+    for ``em`` and ``eb``). A mean the estimator leaves undefined is scored as 0, as
+    ``kvldp evaluate`` scores it.
     """
     true_f, true_m = users.truth()
     rng = np.random.default_rng(seed)
     if isinstance(mechanism, PCKVEstimation):
-        samples = _pckv_draws(mechanism, users, scale_users, draws, rng)
+        n, arrays = _pckv_draws(mechanism, users, scale_users, draws, rng)
     elif isinstance(mechanism, KeySampledMechanism):
-        samples = _key_sampled_draws(mechanism, users, scale_users, draws, rng)
+        n, arrays = _key_sampled_draws(mechanism, users, scale_users, draws, rng)
     else:
         raise TypeError(f"{mechanism.name}: no draw model for its statistics")
-    err_f = np.empty((draws, mechanism.d))
-    err_m = np.empty((draws, mechanism.d))
-    for r, stats in enumerate(samples):
-        est = mechanism.estimate(stats, estimator)
-        err_f[r] = est.frequency - true_f
-        err_m[r] = np.nan_to_num(est.mean, nan=0.0) - true_m
+    freq, mean = mechanism.estimate_many(n, arrays, estimator)
+    err_f = freq - true_f
+    err_m = np.nan_to_num(mean, nan=0.0) - true_m
     return Prediction(
         mse_frequency=np.mean(err_f**2, axis=0),
         mse_mean=np.mean(err_m**2, axis=0),
@@ -155,12 +153,12 @@ def predict_by_draws(
 
 def _pckv_draws(
     mechanism: PCKVEstimation, users: KVData, scale_users: float, draws: int, rng: np.random.Generator
-) -> Iterator[Stats]:
-    """PCKV's counts (n1[j], n2[j]) of ``scale_users`` times ``users``, drawn from the
-    two-type model behind the analytic variances (:meth:`PCKVEstimation.count_covariance`),
-    at the linear estimate of the expected counts (which reproduces their expectation):
-    n f_j holders with the symbol probabilities of
-    :meth:`PCKVEstimation.holder_probabilities` at the ratio N/D of the expected counts,
+) -> tuple[float, dict[str, FloatArray]]:
+    """n and PCKV's counts (n1[j], n2[j]), each (draws, d), of ``scale_users`` times
+    ``users``, drawn from the two-type model behind the analytic variances
+    (:meth:`PCKVEstimation.count_covariance`), at the linear estimate of the expected
+    counts (which reproduces their expectation): n f_j holders with the symbol
+    probabilities of :meth:`PCKVEstimation.holder_probabilities` at the ratio N/D of the expected counts,
     the other users at b/2 each, multinomial per group. The ratio, not the ``unbiased``
     mean: that is NaN where the mean is not estimable, and drawing those keys at mean 0
     would hide their true means from the estimator under test. Keys are drawn
@@ -183,18 +181,15 @@ def _pckv_draws(
         + rng.multinomial(n - holders, rest, size=(draws, mechanism.d)),
         dtype=np.float64,
     )
-    for r in range(draws):
-        yield Stats.expected(
-            mechanism, {"n": np.array([float(n)]), "n1": counts[r, :, 0], "n2": counts[r, :, 1]}
-        )
+    return float(n), {"n1": counts[..., 0], "n2": counts[..., 1]}
 
 
 def _key_sampled_draws(
     mechanism: KeySampledMechanism, users: KVData, scale_users: float, draws: int, rng: np.random.Generator
-) -> Iterator[Stats]:
-    """A key-sampled mechanism's counts[j] of ``scale_users`` times ``users``: key j's
-    expected number of reports M_j, each reporter's symbol drawn from the key's expected
-    symbol distribution P theta_j (multinomial per key). This is the model of
+) -> tuple[float, dict[str, FloatArray]]:
+    """n and a key-sampled mechanism's counts[j], (draws, d, J), of ``scale_users`` times
+    ``users``: key j's expected number of reports M_j, each reporter's symbol drawn from
+    the key's expected symbol distribution P theta_j (multinomial per key). This is the model of
     :func:`~kvldp.common.mechanisms.keysampled.sampled_count_covariance` without its
     finite-population correction, a share M_j/n (1/d for one sampled key) of the
     population term. Keys are drawn independently."""
@@ -206,8 +201,7 @@ def _key_sampled_draws(
     uniform = np.full_like(mean_counts, 1.0 / mean_counts.shape[1])
     shares = np.divide(mean_counts, totals, out=uniform, where=totals > 0)
     counts = np.asarray(rng.multinomial(reports, shares, size=(draws, mechanism.d)), dtype=np.float64)
-    for r in range(draws):
-        yield Stats.expected(mechanism, {"counts": counts[r], "n": np.array([float(n)])})
+    return float(n), {"counts": counts}
 
 
 def clipped_normal_mse(mu: FloatArray, sigma: FloatArray, target: FloatArray) -> FloatArray:

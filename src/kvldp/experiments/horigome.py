@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from kvldp.evaluation.advisor import advise
+from kvldp.evaluation.advisor import advise_many
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row, series_values
 from kvldp.sim.datasets import horigome_profile
 
@@ -92,8 +92,9 @@ def _advised(dataset: str, epsilon: float, users: int) -> list[Series]:
     """The advise picks for this kind of population (best MSE(f); best MSE(f) + MSE(m)),
     each with the estimator advise recommends."""
     picks: dict[str, Series] = {}
-    for objective in ("frequency", "sum"):
-        top = advise(D, epsilon, keys_per_device(dataset), users, objective, dataset=dataset)[0]
+    rankings = advise_many(D, epsilon, keys_per_device(dataset), users, ("frequency", "sum"), dataset=dataset)
+    for ranking in rankings.values():
+        top = ranking[0]
         label = f"advise: {top.label}"
         picks.setdefault(label, (label, top.mechanism, top.estimator, dict(top.params)))
     return list(picks.values())

@@ -302,8 +302,17 @@ def _model_point(a: FloatArray, grad: FloatArray, theta: FloatArray, free: BoolA
     try:
         s = np.linalg.solve(system, rhs[:, :, None])[:, :m, 0]
     except np.linalg.LinAlgError:  # not expected (the ridge), but a group must not sink the batch
-        s = (np.linalg.pinv(system) @ rhs[:, :, None])[:, :m, 0]
+        s = np.stack([_solve_alone(sy, r) for sy, r in zip(system, rhs, strict=True)])[:, :m]
     return _put(np.where(valid, th_f + s, 0.0), cols, theta.shape[1])
+
+
+def _solve_alone(system: FloatArray, rhs: FloatArray) -> FloatArray:
+    """One group's bordered system, as the batched solve would give it (least squares where
+    it is singular): a singular group changes no other group's answer."""
+    try:
+        return np.asarray(np.linalg.solve(system, rhs), dtype=np.float64)
+    except np.linalg.LinAlgError:
+        return np.asarray(np.linalg.pinv(system) @ rhs, dtype=np.float64)
 
 
 def _unique_mle(
@@ -341,4 +350,22 @@ def _unique_mle(
         np.linalg.cholesky(shifted)
         return np.ones(theta.shape[0], dtype=bool)
     except np.linalg.LinAlgError:
-        return np.asarray(np.linalg.eigvalsh(shifted)[:, 0] > 0, dtype=np.bool_)
+        pass
+    # some group fails: each is decided as it would be alone, whatever the other groups of
+    # the call: by its smallest eigenvalue, unless Cholesky accepts it on its own. That takes
+    # an eigenvalue within Cholesky's backward error of 0, m(m+1) eps/2 ||A|| (Higham 2002,
+    # ch. 10), plus the eigensolver's: only groups within twice that are tried alone
+    eig = np.linalg.eigvalsh(shifted)
+    unique = eig[:, 0] > 0
+    band = 2.0 * (a.shape[1] + 1) ** 2 * np.finfo(np.float64).eps * np.abs(eig).max(axis=1)
+    for g in np.flatnonzero(~unique & (eig[:, 0] > -band)):
+        unique[g] = _cholesky_accepts(shifted[g])
+    return np.asarray(unique, dtype=np.bool_)
+
+
+def _cholesky_accepts(a: FloatArray) -> bool:
+    try:
+        np.linalg.cholesky(a)
+    except np.linalg.LinAlgError:
+        return False
+    return True

@@ -22,6 +22,9 @@ Everything else follows from P and one left inverse A (A P = I):
   the key), the excess is removed from the maximal-gain symbols and the frequency and
   mean are estimated in closed form from what remains (:mod:`~kvldp.common.robust`,
   docs/robust.md);
+* batches: ``em`` and ``eb`` also run on many snapshots at once
+  (:meth:`KeySampledMechanism.estimate_many`, the draws behind a predicted error): one
+  EM call for every key of every snapshot, each snapshot's priors its own;
 * standard errors: the exact covariance of the counts given the population —
   multinomial over the M_j reporters, minus the finite-population correction for
   sampling M_j of the n users without replacement — pushed through A (or through the
@@ -35,6 +38,7 @@ paper's estimator is not P^-1.
 from __future__ import annotations
 
 import abc
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -42,11 +46,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.common.clipped_normal import clipped_rmse
-from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.em import EMOptions, em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
 from kvldp.common.kvdata import KVData
-from kvldp.common.mechanisms.base import IntArray, Mechanism
+from kvldp.common.mechanisms.base import IntArray, Mechanism, UnknownEstimator
 from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
 from kvldp.common.primitives import FloatArray, disc
 from kvldp.common.robust import (
@@ -58,7 +62,7 @@ from kvldp.common.robust import (
     report_excess,
 )
 from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
+from kvldp.common.shrinkage import Shrunk, prior_diagnostics, rms_mean, shrink, shrink_means
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import quad, quad2, stderr
@@ -71,6 +75,9 @@ PROJECTION_DRAWS = 400
 PROJECTION_SEED = 0x5E
 #: theta_2 - theta_0, the numerator of a key's mean
 D_ROW = np.array([-1.0, 0.0, 1.0])
+
+#: the inference basis of :meth:`KeySampledMechanism._intervals`
+_Basis = tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.bool_], FloatArray]
 
 
 def states_of(users: KVData, keys: IntArray, rng: np.random.Generator) -> IntArray:
@@ -217,14 +224,14 @@ class KeySampledMechanism(Mechanism):
     def _state_covariance(
         self, theta_plugin: FloatArray, reports: FloatArray, n: int, efficient: bool
     ) -> FloatArray:
-        """Covariance (d, 3, 3) of the estimated states: the exact count covariance at the
-        plug-in states pushed through A (or the MLE's linear map when ``efficient``)."""
+        """Covariance (G, 3, 3) of the estimated states of G keys: the exact count covariance
+        at the plug-in states pushed through A (or the MLE's linear map when ``efficient``)."""
         safe = np.where(np.isfinite(theta_plugin), theta_plugin, 1.0 / 3.0)
         cov_c = self.count_covariance(safe, reports, n)
         if efficient:
             a = self._efficient_map(safe)
         else:
-            a = np.broadcast_to(self.linear_inverse(), (self.d, 3, self.n_symbols))
+            a = np.broadcast_to(self.linear_inverse(), (safe.shape[0], 3, self.n_symbols))
         with np.errstate(divide="ignore", invalid="ignore"):
             return np.asarray(
                 np.einsum("gij,gjk,glk->gil", a, cov_c, a) / (reports**2)[:, None, None], dtype=np.float64
@@ -240,9 +247,7 @@ class KeySampledMechanism(Mechanism):
         none = reports <= 0
         return (np.where(none, np.nan, stderr(var_f)), np.where(none, np.nan, stderr(var_m)))
 
-    def _intervals(
-        self, counts: FloatArray, plugin: FloatArray, n: int
-    ) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray, NDArray[np.bool_], FloatArray]:
+    def _intervals(self, counts: FloatArray, plugin: FloatArray, n: int) -> _Basis:
         """The inference basis of every estimator (docs/mechanisms.md, *Calibration of
         standard errors*): the closed-form states and their covariance at the plug-in states.
         Returns (the raw frequency's stderr, its clipped 95% bounds, the mean's Fieller
@@ -330,12 +335,8 @@ class KeySampledMechanism(Mechanism):
         the clipped interval around the point with the MLE's first-order standard error."""
         counts = stats.arrays["counts"].astype(np.float64)
         reports = counts.sum(axis=1)
-        raw_se, f_lo, f_hi, m_lo, m_hi, estimable, cov_raw = self._intervals(counts, plugin, stats.n_reports)
-        freq = np.where(reports > 0, theta_f[:, NEG] + theta_f[:, POS], np.nan)
-        point_m = self._mean_of(theta_m, reports) if mean is None else mean
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.clip((theta_m[:, POS] - theta_m[:, NEG]) / (theta_m[:, NEG] + theta_m[:, POS]), -1, 1)
-        m = np.where(estimable, np.where(np.isfinite(point_m), point_m, ratio), np.nan)
+        freq, m, basis = self._points(counts, theta_f, theta_m, plugin, stats.n_reports, mean)
+        raw_se, f_lo, f_hi, m_lo, m_hi, estimable, cov_raw = basis
         diag = {
             "keys_without_reports": int(np.sum(reports == 0)),
             "undefined_means": int(np.sum(np.isnan(m))),
@@ -366,6 +367,27 @@ class KeySampledMechanism(Mechanism):
             mean_bounds=(m_lo, m_hi),
         )
 
+    def _points(
+        self,
+        counts: FloatArray,
+        theta_f: FloatArray,
+        theta_m: FloatArray,
+        plugin: FloatArray,
+        n: int,
+        mean: FloatArray | None = None,
+    ) -> tuple[FloatArray, FloatArray, _Basis]:
+        """The frequency of states ``theta_f`` and the mean of ``theta_m`` (or ``mean``) of G
+        keys, the mean answered where it is estimable (else NaN), and the inference basis of
+        :meth:`_intervals` it was decided on."""
+        reports = counts.sum(axis=1)
+        basis = self._intervals(counts, plugin, n)
+        estimable = basis[5]
+        freq = np.where(reports > 0, theta_f[:, NEG] + theta_f[:, POS], np.nan)
+        point_m = self._mean_of(theta_m, reports) if mean is None else mean
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.clip((theta_m[:, POS] - theta_m[:, NEG]) / (theta_m[:, NEG] + theta_m[:, POS]), -1, 1)
+        return freq, np.where(estimable, np.where(np.isfinite(point_m), point_m, ratio), np.nan), basis
+
     def _linear(self, stats: Stats) -> tuple[FloatArray, FloatArray, FloatArray]:
         """The counts as floats, the closed-form states A (counts[j] / M_j) and those states
         projected onto the simplex: what the estimators start from."""
@@ -394,18 +416,29 @@ class KeySampledMechanism(Mechanism):
             raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
 
     def _em_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
-        opts = parse_em_options(options, (self.d, 3))
+        theta, diag = self._em_states(counts, parse_em_options(options, (self.d, 3)))
+        return self._result(
+            "em",
+            stats,
+            theta,
+            theta,
+            theta,
+            efficient=True,
+            mean=mean_from_states(theta),
+            diagnostics=diag,
+            latent=theta,
+        )
+
+    def _em_states(self, counts: FloatArray, opts: EMOptions) -> tuple[FloatArray, dict[str, Any]]:
+        """EM's states of G keys from their counts (G, J) in one solver call (NaN rows for
+        keys without reports), and its diagnostics."""
         res = em_counts(self.transition(), counts, theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter)
-        theta = np.where(res.empty[:, None], np.nan, res.theta)
-        mean = mean_from_states(theta)
         diag = {
             "em_iterations": int(res.iterations.max(initial=0)),
             "em_unconverged_keys": int(np.sum(~res.converged & ~res.empty)),
             "em_warm_start": opts.theta0 is not None,
         }
-        return self._result(
-            "em", stats, theta, theta, theta, efficient=True, mean=mean, diagnostics=diag, latent=theta
-        )
+        return np.where(res.empty[:, None], np.nan, res.theta), diag
 
     def _robust_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
         """``robust``: ``em`` on every key whose report count passes the excess test of
@@ -467,43 +500,20 @@ class KeySampledMechanism(Mechanism):
     def _variances_at(
         self, f: FloatArray, m: FloatArray, reports: FloatArray, n: int
     ) -> tuple[FloatArray, FloatArray]:
-        """(Var f^, Var m^) of the MLE per key if its states were frequency f and mean m."""
+        """(Var f^, Var m^) of the MLE per key (of any batch shape) if its states were
+        frequency f and mean m."""
         f = np.clip(f, 0.0, 1.0)
         m = np.clip(m, -1.0, 1.0)
-        theta = np.stack([f * (1 - m) / 2, 1 - f, f * (1 + m) / 2], axis=1)
-        se_f, se_m = self._standard_errors(theta, theta, reports, n, efficient=True)
-        return se_f**2, se_m**2
+        theta = np.stack([f * (1 - m) / 2, 1 - f, f * (1 + m) / 2], axis=-1).reshape(-1, 3)
+        se_f, se_m = self._standard_errors(theta, theta, np.ravel(reports), n, efficient=True)
+        return (se_f**2).reshape(f.shape), (se_m**2).reshape(f.shape)
 
     def _eb_estimate(
         self, stats: Stats, counts: FloatArray, theta_hat: FloatArray, options: dict[str, Any]
     ) -> Estimate:
-        """``eb``: the EM frequencies and means shrunk toward fitted priors.
-
-        The frequencies are EM's rather than the unbiased ones (which PCKV's ``eb``
-        shrinks): Sun-type populations spread f over all of [0, 1], and near 0 and 1 the
-        MLE, kept inside the range, is the closer estimate (on Sun's uniform data at
-        epsilon = 0.8, MSE(f) 0.00239 against 0.00246 from the unbiased ones).
-
-        The frequencies' weights come from variances at stable values (the raw estimate
-        clipped into [0, 1], the keys' RMS mean), not at each key's noisy estimate; the
-        means are shrunk by :func:`~kvldp.common.shrinkage.shrink_means`, as PCKV's are, so
-        a rare key is pulled toward keys as rare as it where means move with frequency.
-        """
+        """``eb``: the EM frequencies and means shrunk toward fitted priors (:meth:`_shrunk`)."""
         em = self._em_estimate(stats, counts, options)
-        reports = counts.sum(axis=1)
-        n = stats.n_reports
-        raw = theta_hat[:, NEG] + theta_hat[:, POS]
-        defined = ~np.isnan(em.mean)
-        m_rms = np.full(self.d, float(np.sqrt(np.mean(em.mean[defined] ** 2))) if defined.any() else 0.0)
-        var_raw, _ = self._variances_at(np.nan_to_num(raw, nan=0.0), m_rms, reports, n)
-        f = shrink(np.where(np.isnan(raw), np.nan, em.frequency), var_raw, 0.0, 1.0)
-        m = shrink_means(
-            em.mean,
-            em.frequency,
-            f,
-            1.0 / np.maximum(reports, 1.0),
-            lambda fr, mu: self._variances_at(fr, mu, reports, n),
-        )
+        f, m = self._shrunk(counts, theta_hat, em.frequency, em.mean, stats.n_reports)
         diag = dict(em.diagnostics)
         diag.update(undefined_means=0, not_estimable_means=0, **prior_diagnostics(f, m))
         # no per-key standard error: a shrunk estimate's error depends on how far the key's
@@ -517,12 +527,63 @@ class KeySampledMechanism(Mechanism):
             frequency_stderr=nan,
             mean=m.value,
             mean_stderr=nan.copy(),
-            n_reports=n,
+            n_reports=stats.n_reports,
             latent=em.latent,
             diagnostics=diag,
             frequency_bounds=em.frequency_interval,
             mean_bounds=em.mean_interval,
         )
+
+    def _shrunk(
+        self, counts: FloatArray, theta_hat: FloatArray, em_freq: FloatArray, em_mean: FloatArray, n: int
+    ) -> tuple[Shrunk, Shrunk]:
+        """``eb``'s frequencies and means of one snapshot (counts (d, J)) or of each of a batch
+        (..., d, J), from its closed-form states and EM's answers.
+
+        The frequencies are EM's rather than the unbiased ones (which PCKV's ``eb``
+        shrinks): Sun-type populations spread f over all of [0, 1], and near 0 and 1 the
+        MLE, kept inside the range, is the closer estimate (on Sun's uniform data at
+        epsilon = 0.8, MSE(f) 0.00239 against 0.00246 from the unbiased ones).
+
+        The frequencies' weights come from variances at stable values (the raw estimate
+        clipped into [0, 1], the keys' RMS mean), not at each key's noisy estimate; the
+        means are shrunk by :func:`~kvldp.common.shrinkage.shrink_means`, as PCKV's are, so
+        a rare key is pulled toward keys as rare as it where means move with frequency.
+        """
+        reports = counts.sum(axis=-1)
+        raw = theta_hat[..., NEG] + theta_hat[..., POS]
+        m_rms = np.broadcast_to(rms_mean(em_mean), em_mean.shape)
+        var_raw, _ = self._variances_at(np.nan_to_num(raw, nan=0.0), m_rms, reports, n)
+        f = shrink(np.where(np.isnan(raw), np.nan, em_freq), var_raw, 0.0, 1.0)
+        m = shrink_means(
+            em_mean,
+            em_freq,
+            f,
+            1.0 / np.maximum(reports, 1.0),
+            lambda fr, mu: self._variances_at(fr, mu, reports, n),
+        )
+        return f, m
+
+    def estimate_many(
+        self, n: float, arrays: Mapping[str, FloatArray], estimator: str
+    ) -> tuple[FloatArray, FloatArray]:
+        """Frequencies and means (R, d) of ``em`` or ``eb`` on R snapshots of n reports each,
+        their ``counts`` stacked along a leading axis in ``arrays`` (R, d, J): what
+        :meth:`estimate` answers on each, without standard errors, in one pass over all of
+        them (one EM call for every key of every snapshot, priors fitted per snapshot)."""
+        if estimator not in ("em", "eb") or estimator not in self.estimator_names:
+            raise UnknownEstimator(f"{self.name}: estimate_many runs em and eb, not {estimator!r}")
+        counts = np.asarray(arrays["counts"], dtype=np.float64)
+        shape = counts.shape[:-1]
+        flat = counts.reshape(-1, counts.shape[-1])
+        reports = round(n)
+        theta, _ = self._em_states(flat, parse_em_options({}, (flat.shape[0], 3)))
+        freq, mean, _ = self._points(flat, theta, theta, theta, reports, mean_from_states(theta))
+        if estimator == "em":
+            return freq.reshape(shape), mean.reshape(shape)
+        theta_hat = self._linear_states(flat).reshape(*shape, 3)
+        f, m = self._shrunk(counts, theta_hat, freq.reshape(shape), mean.reshape(shape), reports)
+        return f.value, m.value
 
     # --------------------------------------------------------------- privacy
     def audit_model(self, exhaustive: bool) -> OutputModel:

@@ -55,6 +55,12 @@ costs 1 + m^2 in squared error against m^2 for 0, which is the whole 5-23% loss
 measured at epsilon = 1 on the same reports (``tests/test_pckv_estimate.py``). Such keys
 are never estimable, so EM gives them no mean.
 
+Batches: :meth:`PCKVEstimation.estimate_many` runs an estimator on many snapshots at
+once (the draws behind a predicted error), with no loop over them: the arithmetic is
+per key, EM's keys are independent groups of one solver call, and the projections and
+priors are per snapshot. :meth:`~PCKVEstimation.estimate` is the same code on one
+snapshot, plus standard errors and diagnostics.
+
 Standard errors are analytic: the exact covariance of (n1[j], n2[j]) given a two-type
 population (n f holders sampling j with weight 1/ell and sharing the value m, as in
 PCKV's Theorem 4; n(1-f) non-holders), evaluated at the estimate, pushed through the
@@ -78,6 +84,7 @@ estimators cannot undo it). No error is raised: the data model allows such users
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -85,12 +92,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.common.clipped_normal import clipped_rmse
-from kvldp.common.em import em_counts, parse_em_options
+from kvldp.common.em import EMOptions, em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
 from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
-from kvldp.common.mechanisms.base import Mechanism
+from kvldp.common.mechanisms.base import Mechanism, UnknownEstimator
 from kvldp.common.primitives import FloatArray
-from kvldp.common.shrinkage import prior_diagnostics, shrink, shrink_means
+from kvldp.common.shrinkage import Shrunk, prior_diagnostics, shrink, shrink_means
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 from kvldp.common.variance import ratio_variance, stderr
@@ -129,6 +136,19 @@ class InferenceBasis:
             "not_estimable_means": int(np.sum(undefined & ~self.estimable)),
             "means_without_information": int(np.sum(~undefined & ~self.estimable)),
         }
+
+
+@dataclass(frozen=True)
+class _Point:
+    """An estimator's answers on one snapshot (d,) or a batch of snapshots (..., d): the
+    basis of their intervals (None without reports), EM's latent shares (``em``, ``eb``)
+    and the fitted priors of frequencies and means (``eb``)."""
+
+    frequency: FloatArray
+    mean: FloatArray
+    basis: InferenceBasis | None
+    latent: FloatArray | None
+    priors: tuple[Shrunk, Shrunk] | None
 
 
 class PCKVEstimation(Mechanism):
@@ -187,7 +207,7 @@ class PCKVEstimation(Mechanism):
         return np.asarray(qp, dtype=np.float64), np.asarray(qm, dtype=np.float64)
 
     def count_covariance(self, n: float, f: FloatArray, m: FloatArray) -> FloatArray:
-        """Exact Cov of (n1[j], n2[j]) given the population: (d, 2, 2).
+        """Exact Cov of (n1[j], n2[j]) given the population: (..., d, 2, 2) for f, m (..., d).
 
         Users are independent; the n f holders of key j have the symbol probabilities of
         :meth:`holder_probabilities`, the others b/2 each. Each user adds diag(q) - q q^T.
@@ -201,42 +221,49 @@ class PCKVEstimation(Mechanism):
                 [np.stack([x_ * (1 - x_), -x_ * y_], -1), np.stack([-x_ * y_, y_ * (1 - y_)], -1)], -2
             )
 
-        holders = (n * f)[:, None, None]
+        holders = (n * f)[..., None, None]
         return np.asarray((n - holders) * single(half_b, half_b) + holders * single(qp, qm), dtype=np.float64)
 
     # --------------------------------------------------------------- estimation
+    def estimate_many(
+        self, n: float, arrays: Mapping[str, FloatArray], estimator: str
+    ) -> tuple[FloatArray, FloatArray]:
+        """Frequencies and means (R, d) of ``estimator`` on R snapshots of n reports each,
+        their ``n1`` and ``n2`` stacked along a leading axis in ``arrays`` (R, d): what
+        :meth:`estimate` answers on each (it is this with one snapshot, plus standard
+        errors and diagnostics), in one pass over all of them (every estimator is
+        elementwise or per snapshot, EM's keys independent)."""
+        if estimator not in self.estimator_names:
+            raise UnknownEstimator(
+                f"{self.name} has no estimator {estimator!r} (available: {', '.join(self.estimator_names)})"
+            )
+        n1, n2 = (np.asarray(arrays[k], dtype=np.float64) for k in ("n1", "n2"))
+        point = self._point(n, n1, n2, estimator, parse_em_options({}, (self.d, 3)), {})
+        return point.frequency, point.mean
+
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
         n = float(stats.arrays["n"][0])
         n1 = stats.arrays["n1"].astype(np.float64)
         n2 = stats.arrays["n2"].astype(np.float64)
         diag: dict[str, Any] = {"assumes": ASSUMES}
-        latent: FloatArray | None = None
-        if estimator in ("em", "eb"):
-            em_freq, em_mean, latent = self._em(n, n1, n2, options, diag)
-        elif options:
+        if estimator not in ("em", "eb") and options:
             raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
-        if n <= 0:
+        point = self._point(n, n1, n2, estimator, parse_em_options(options, (self.d, 3)), diag)
+        if point.basis is None:
             nan = np.full(self.d, np.nan)
             diag.update(undefined_means=self.d, not_estimable_means=0, no_reports=True)
-            return Estimate(self.name, estimator, nan, nan, nan, nan, stats.n_reports, latent, diag)
-        paper_freq, paper_mean = self.algorithm4(n, n1, n2, diag)
-        basis = self.inference_basis(n, n1, n2, paper_mean)
-        if estimator == "eb":
-            # the EM means of every key with at least one estimated holder: shrinkage weighs
-            # the weak ones itself (a mean below one holder is EM's boundary artefact)
-            unheld = basis.raw < 1.0 / n
-            return self._shrink(stats, basis, em_freq, np.where(unheld, np.nan, em_mean), latent, diag)
-        freq_se = clipped_rmse(np.clip(basis.raw, 0.0, 1.0), basis.raw_stderr, 0.0, 1.0)
-        if estimator == "unbiased":
-            freq, freq_se, mean = basis.raw, basis.raw_stderr, self._answered(paper_mean, basis)
-        elif estimator == "paper":
-            freq, mean = paper_freq, paper_mean
-        elif estimator == "em":
-            freq, mean = em_freq, self._answered(em_mean, basis)
+            return Estimate(self.name, estimator, nan, nan, nan, nan, stats.n_reports, point.latent, diag)
+        basis = point.basis
+        freq, mean = point.frequency, point.mean
+        if point.priors is not None:
+            # no per-key standard error: see _shrunk
+            diag.update(prior_diagnostics(*point.priors))
+            freq_se = mean_se = np.full(self.d, np.nan)
+        elif estimator == "unbiased":
+            freq_se, mean_se = basis.raw_stderr, interval_stderr(basis.mean_low, basis.mean_high)
         else:
-            freq, mean = self._normsub(n, n1, n2)
-            mean = self._answered(mean, basis)
-        mean_se = interval_stderr(basis.mean_low, basis.mean_high)
+            freq_se = clipped_rmse(np.clip(basis.raw, 0.0, 1.0), basis.raw_stderr, 0.0, 1.0)
+            mean_se = interval_stderr(basis.mean_low, basis.mean_high)
         diag.update(basis.diagnostics(mean))
         return Estimate(
             mechanism=self.name,
@@ -246,11 +273,45 @@ class PCKVEstimation(Mechanism):
             mean=mean,
             mean_stderr=np.where(np.isnan(mean), np.nan, mean_se),
             n_reports=stats.n_reports,
-            latent=latent,
+            latent=point.latent,
             diagnostics=diag,
             frequency_bounds=(basis.frequency_low, basis.frequency_high),
             mean_bounds=(basis.mean_low, basis.mean_high),
         )
+
+    def _point(
+        self, n: float, n1: FloatArray, n2: FloatArray, estimator: str, opts: EMOptions, diag: dict[str, Any]
+    ) -> _Point:
+        """``estimator``'s frequencies and means on the counts n1, n2 of one snapshot (d,) or
+        of a batch of snapshots (..., d) of n reports each, and the basis of their
+        intervals; ``diag`` receives the diagnostics of EM and Algorithm 4 (over every
+        snapshot of a batch)."""
+        em_freq = em_mean = latent = None
+        if estimator in ("em", "eb"):
+            em_freq, em_mean, latent = self._em(n, n1, n2, opts, diag)
+        if n <= 0:
+            nan = np.full(np.shape(n1), np.nan)
+            return _Point(nan, nan.copy(), None, latent, None)
+        paper_freq, paper_mean = self.algorithm4(n, n1, n2, diag)
+        basis = self.inference_basis(n, n1, n2, paper_mean)
+        if estimator == "eb":
+            assert em_freq is not None and em_mean is not None
+            # the EM means of every key with at least one estimated holder: shrinkage weighs
+            # the weak ones itself (a mean below one holder is EM's boundary artefact)
+            unheld = basis.raw < 1.0 / n
+            f, m = self._shrunk(n, basis, em_freq, np.where(unheld, np.nan, em_mean))
+            return _Point(f.value, m.value, basis, latent, (f, m))
+        if estimator == "unbiased":
+            freq, mean = basis.raw, self._answered(paper_mean, basis)
+        elif estimator == "paper":
+            freq, mean = paper_freq, paper_mean
+        elif estimator == "em":
+            assert em_freq is not None and em_mean is not None
+            freq, mean = em_freq, self._answered(em_mean, basis)
+        else:
+            freq, mean = self._normsub(n, n1, n2)
+            mean = self._answered(mean, basis)
+        return _Point(freq, mean, basis, latent, None)
 
     def inference_basis(self, n: float, n1: FloatArray, n2: FloatArray, mean: FloatArray) -> InferenceBasis:
         """The unbiased linear statistics every estimator's intervals are built on.
@@ -264,7 +325,7 @@ class PCKVEstimation(Mechanism):
         raw = self.baseline_frequency(n, n1, n2)
         f = np.clip(raw, 0.0, 1.0)
         cov = self.count_covariance(n, f, np.clip(mean, -1.0, 1.0))
-        v11, v22, v12 = cov[:, 0, 0], cov[:, 1, 1], cov[:, 0, 1]
+        v11, v22, v12 = cov[..., 0, 0], cov[..., 1, 1], cov[..., 0, 1]
         var_sum, var_diff, cov_sd = v11 + v22 + 2 * v12, v11 + v22 - 2 * v12, v11 - v22
         gain = a * (2 * p - 1)
         raw_se = stderr((self.ell / (n * (a - b))) ** 2 * var_sum)
@@ -330,11 +391,13 @@ class PCKVEstimation(Mechanism):
         return f, (k1 - k2) / big_n
 
     def _normsub(self, n: float, n1: FloatArray, n2: FloatArray) -> tuple[FloatArray, FloatArray]:
-        """Shares of (j, +1), (j, -1) for every real key plus the rest, projected onto the simplex."""
+        """Shares of (j, +1), (j, -1) for every real key plus the rest, projected onto the
+        simplex (per snapshot of a batch)."""
         c1, c2 = self.linear_counts(n, n1, n2)
-        shares = np.stack([c1, c2], axis=1).ravel() / n
-        proj = project_simplex(np.append(shares, 1.0 - shares.sum()))[:-1].reshape(self.d, 2)
-        return self._from_shares(proj[:, 0], proj[:, 1])
+        shares = np.stack([c1, c2], axis=-1).reshape(-1, 2 * self.d) / n
+        items = np.concatenate([shares, 1.0 - shares.sum(axis=1, keepdims=True)], axis=1)
+        proj = project_simplex(items)[:, :-1].reshape(*np.shape(n1), 2)
+        return self._from_shares(proj[..., 0], proj[..., 1])
 
     def _from_shares(self, up: FloatArray, down: FloatArray) -> tuple[FloatArray, FloatArray]:
         """(f, m) from the shares of users who sampled (j, +1) and (j, -1); m is NaN at share 0."""
@@ -344,28 +407,27 @@ class PCKVEstimation(Mechanism):
         return self.ell * total, mean
 
     def _em(
-        self, n: float, n1: FloatArray, n2: FloatArray, options: dict[str, Any], diag: dict[str, Any]
+        self, n: float, n1: FloatArray, n2: FloatArray, opts: EMOptions, diag: dict[str, Any]
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
-        opts = parse_em_options(options, (self.d, 3))
-        counts = np.stack([n1, n2, n - n1 - n2], axis=1)
-        res = em_counts(self.transition(), counts, theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter)
-        theta = np.where(res.empty[:, None], np.nan, res.theta)
+        """EM's (frequency, mean, theta) per key, of one snapshot or of every snapshot of a
+        batch in one :func:`~kvldp.common.em.em_counts` call (its keys are independent
+        groups); ``opts.theta0`` is per key of the flattened batch."""
+        counts = np.stack([n1, n2, n - n1 - n2], axis=-1)
+        res = em_counts(
+            self.transition(), counts.reshape(-1, 3), theta0=opts.theta0, tol=opts.tol, max_iter=opts.max_iter
+        )
+        theta = np.where(res.empty[:, None], np.nan, res.theta).reshape(counts.shape)
         diag["em_iterations"] = int(res.iterations.max(initial=0))
         diag["em_unconverged_keys"] = int(np.sum(~res.converged & ~res.empty))
         diag["em_warm_start"] = opts.theta0 is not None
-        freq, mean = self._from_shares(theta[:, 0], theta[:, 1])
+        freq, mean = self._from_shares(theta[..., 0], theta[..., 1])
         return freq, mean, theta
 
-    def _shrink(
-        self,
-        stats: Stats,
-        basis: InferenceBasis,
-        freq_em: FloatArray,
-        mean: FloatArray,
-        latent: FloatArray | None,
-        diag: dict[str, Any],
-    ) -> Estimate:
-        """``eb``: the unbiased frequencies and the EM means shrunk toward fitted priors.
+    def _shrunk(
+        self, n: float, basis: InferenceBasis, freq_em: FloatArray, mean: FloatArray
+    ) -> tuple[Shrunk, Shrunk]:
+        """``eb``: the unbiased frequencies and the EM means shrunk toward fitted priors, per
+        snapshot of a batch.
 
         The normal-normal model wants each key's sampling variance without its own noise in
         it, so the frequencies' variances are evaluated at the raw estimate clipped into
@@ -378,25 +440,10 @@ class PCKVEstimation(Mechanism):
         variance of :func:`~kvldp.common.shrinkage.shrink` was 2-4x the RMSE); the
         intervals are the basis's (docs/mechanisms.md, *Calibration of standard errors*).
         """
-        n = float(stats.arrays["n"][0])
-        var_raw, _ = self.variances(n, basis.raw, np.zeros(self.d))
+        var_raw, _ = self.variances(n, basis.raw, np.zeros_like(basis.raw))
         f = shrink(basis.raw, var_raw, 0.0, 1.0)
         m = shrink_means(mean, freq_em, f, 1.0 / n, lambda fr, mu: self.variances(n, fr, mu))
-        diag.update(prior_diagnostics(f, m))
-        diag.update(basis.diagnostics(m.value))
-        return Estimate(
-            mechanism=self.name,
-            estimator="eb",
-            frequency=f.value,
-            frequency_stderr=np.full(self.d, np.nan),
-            mean=m.value,
-            mean_stderr=np.full(self.d, np.nan),
-            n_reports=stats.n_reports,
-            latent=latent,
-            diagnostics=diag,
-            frequency_bounds=(basis.frequency_low, basis.frequency_high),
-            mean_bounds=(basis.mean_low, basis.mean_high),
-        )
+        return f, m
 
     def variances(self, n: float, freq: FloatArray, mean: FloatArray) -> tuple[FloatArray, FloatArray]:
         """Analytic (Var f^, Var m^) per key for n users at frequency ``freq`` and mean ``mean``.
@@ -408,13 +455,13 @@ class PCKVEstimation(Mechanism):
         solution when interior) and ``normsub`` the same first-order map applies.
         """
         if n <= 0:
-            nan = np.full(self.d, np.nan)
+            nan = np.full(np.shape(freq), np.nan)
             return nan, nan.copy()
         a, b, p, ell = self.a, self.b, self.p, self.ell
         f = np.clip(np.nan_to_num(freq, nan=0.0), 0.0, 1.0)
         m = np.clip(np.nan_to_num(mean, nan=0.0), -1.0, 1.0)
         cov = self.count_covariance(n, f, m)
-        v11, v22, v12 = cov[:, 0, 0], cov[:, 1, 1], cov[:, 0, 1]
+        v11, v22, v12 = cov[..., 0, 0], cov[..., 1, 1], cov[..., 0, 1]
         var_sum, var_diff, cov_sd = v11 + v22 + 2 * v12, v11 + v22 - 2 * v12, v11 - v22
         var_f = (ell / (n * (a - b))) ** 2 * var_sum
         big_n = n * np.maximum(f, 1.0 / n) / ell
