@@ -88,6 +88,13 @@ def states_of(users: KVData, keys: IntArray, rng: np.random.Generator) -> IntArr
     return np.where(held, np.where(vstar > 0, POS, NEG), ABSENT).astype(np.int64)
 
 
+def population_states(users: KVData) -> FloatArray:
+    """sum_u theta_u(j) per key j, (d, 3): how many users are in each state of key j in
+    expectation, a holder's theta being ((1-v)/2, 0, (1+v)/2) (Disc's chances)."""
+    holders, sums = users.key_totals()
+    return np.stack([(holders - sums) / 2.0, users.n_users - holders, (holders + sums) / 2.0], axis=1)
+
+
 def mean_from_states(theta: FloatArray) -> FloatArray:
     """m = (theta_2 - theta_0) / (theta_0 + theta_2) after clipping both into [0, 1]; NaN if 0."""
     lo = np.clip(theta[:, NEG], 0.0, 1.0)
@@ -180,11 +187,8 @@ class KeySampledMechanism(Mechanism):
         arrays["counts"] += np.bincount(codes, minlength=self.d * n_sym).reshape(self.d, n_sym)
 
     def expected_stats(self, users: KVData) -> Stats:
-        """E[counts[j]] = (1/d) P sum_u theta_u(j), theta of a holder = ((1-v)/2, 0, (1+v)/2)."""
-        holders = np.bincount(users.keys, minlength=self.d).astype(np.float64)
-        up = np.bincount(users.keys, weights=(1.0 + users.values) / 2.0, minlength=self.d)
-        latent = np.stack([holders - up, users.n_users - holders, up], axis=1)  # (d, 3)
-        counts = latent @ self.transition().T / self.d
+        """E[counts[j]] = (1/d) P sum_u theta_u(j) (:func:`population_states`)."""
+        counts = population_states(users) @ self.transition().T / self.d
         return Stats.expected(self, {"counts": counts, "n": np.array([float(users.n_users)])})
 
     # --------------------------------------------------------------- estimation
