@@ -259,7 +259,7 @@ def test_draw_based_prediction_of_empirical_bayes_matches_simulation(
     draws)."""
     mech = create(name, 100, eps, **params)
     pop = generate(dataset, 20_000, 100).users
-    pred = predict_by_draws(mech, pop, "eb")
+    pred = predict_by_draws(mech, pop, ("eb",))["eb"]
     sims = np.array(
         [
             [r["mse_frequency"], r["mse_mean"]]

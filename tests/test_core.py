@@ -38,6 +38,10 @@ def test_user_data_lookup_truth_and_rows() -> None:
     f, m = users.truth()
     assert f.tolist() == [0.25, 0.25, 0.0, 0.5]
     assert m[0] == 0.5 and np.isnan(m[2]) and m[3] == 0.0
+    # the per-key totals behind the truth are computed once and cannot be written to
+    holders, sums = users.key_totals()
+    assert holders.tolist() == [1.0, 1.0, 0.0, 2.0] and sums.tolist() == [0.5, 0.25, 0.0, 0.0]
+    assert users.key_totals()[0] is holders and not (holders.flags.writeable or sums.flags.writeable)
     part = users.rows(2, 4)
     assert part.n_users == 2 and part.keys.tolist() == [1, 3]
     present, vals = users.to_dense()

@@ -332,10 +332,11 @@ def test_eb_means_follow_keys_of_like_frequency(name: str) -> None:
 )
 def test_estimate_many_is_estimate_on_each_snapshot(name: str, params: dict[str, int]) -> None:
     """``em`` and ``eb`` on a batch of snapshots (the draws of a prediction) answer what they
-    answer on each snapshot alone, up to round-off. Counts are drawn from random states per
-    key; the first four snapshots are edge cases: no reports at all (every mean undefined),
-    keys without reports among others, and two keys or one with reports (too few for the
-    means' line, or for any spread)."""
+    answer on each snapshot alone, up to round-off, and asked for together (one EM fit)
+    what each answers alone. Counts are drawn from random states per key; the first four
+    snapshots are edge cases: no reports at all (every mean undefined), keys without
+    reports among others, and two keys or one with reports (too few for the means' line,
+    or for any spread)."""
     mech = create(name, 30, 1.0, **params)
     assert isinstance(mech, KeySampledMechanism)
     n, snapshots = 6000, 8
@@ -347,11 +348,14 @@ def test_estimate_many_is_estimate_on_each_snapshot(name: str, params: dict[str,
     counts[1, ::4] = 0.0
     counts[2, 2:] = 0.0
     counts[3, 1:] = 0.0
-    for estimator in ("em", "eb"):
-        if estimator not in mech.estimator_names:
-            continue
-        freq, mean = mech.estimate_many(n, {"counts": counts}, estimator)
+    drawn = [e for e in ("em", "eb") if e in mech.estimator_names]
+    together = mech.estimate_many(n, {"counts": counts}, drawn)
+    assert list(together) == drawn
+    for estimator in drawn:
+        freq, mean = mech.estimate_many(n, {"counts": counts}, (estimator,))[estimator]
         assert freq.shape == mean.shape == (snapshots, mech.d)
+        np.testing.assert_array_equal(together[estimator][0], freq)
+        np.testing.assert_array_equal(together[estimator][1], mean)
         for r in range(snapshots):
             one = mech.estimate(
                 Stats.expected(mech, {"counts": counts[r], "n": np.array([float(n)])}), estimator

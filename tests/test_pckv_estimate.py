@@ -380,20 +380,25 @@ def snapshot_counts(mech: PCKV, n: int, snapshots: int, seed: int) -> tuple[np.n
 @pytest.mark.parametrize("ell", [1, 3])
 def test_estimate_many_is_estimate_on_each_snapshot(cls: type[PCKV], ell: int) -> None:
     """Every estimator on a batch of snapshots (the draws of a prediction) answers what it
-    answers on each snapshot alone, up to round-off, edge cases included."""
+    answers on each snapshot alone, up to round-off, edge cases included; asked for
+    together (one EM fit for em and eb), each answers what it answers alone."""
     n, snapshots = 4000, 8
     mech = cls(30, 1.0, ell=ell)
     n1, n2 = snapshot_counts(mech, n, snapshots, 3 + ell)
+    together = mech.estimate_many(n, {"n1": n1, "n2": n2}, mech.estimator_names)
+    assert list(together) == list(mech.estimator_names)
     for name in mech.estimator_names:
-        freq, mean = mech.estimate_many(n, {"n1": n1, "n2": n2}, name)
+        freq, mean = mech.estimate_many(n, {"n1": n1, "n2": n2}, (name,))[name]
         assert freq.shape == mean.shape == (snapshots, mech.d)
+        np.testing.assert_array_equal(together[name][0], freq)
+        np.testing.assert_array_equal(together[name][1], mean)
         for r in range(snapshots):
             one = mech.estimate(
                 Stats.expected(mech, {"n": np.array([float(n)]), "n1": n1[r], "n2": n2[r]}), name
             )
             np.testing.assert_allclose(freq[r], one.frequency, rtol=1e-12, atol=1e-15)
             np.testing.assert_allclose(mean[r], one.mean, rtol=1e-12, atol=1e-15)
-    em = mech.estimate_many(n, {"n1": n1, "n2": n2}, "em")[1]
+    em = together["em"][1]
     assert np.isnan(em[0]).all() and np.isnan(em[1, ::4]).all() and np.isnan(em[2, 2:]).all()
 
 

@@ -7,12 +7,18 @@ path: the single-device ``perturb`` is ``perturb_many`` on a one-row ``KVData``.
 Validation lives here, once: values must be finite and inside [-1, 1] and keys inside
 [0, d), unique per user. Mechanisms never clip silently; the SDK normalises raw values
 into [-1, 1] before they reach this class.
+
+A KVData is immutable (frozen, and nothing writes into its arrays: every operation that
+changes users builds a new one), so a summary of all its pairs — the per-key totals
+behind the truth and the key-sampled mechanisms' expected statistics — is computed once
+and kept on it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -168,13 +174,25 @@ class KVData:
         values[rows, self.keys] = self.values
         return present, values
 
+    def key_totals(self) -> tuple[FloatArray, FloatArray]:
+        """Per key: how many users hold it and the sum of their values (read-only arrays,
+        computed once per population)."""
+        return self._key_totals
+
+    @cached_property
+    def _key_totals(self) -> tuple[FloatArray, FloatArray]:
+        counts = np.bincount(self.keys, minlength=self.d).astype(np.float64)
+        sums = np.asarray(np.bincount(self.keys, weights=self.values, minlength=self.d), dtype=np.float64)
+        counts.setflags(write=False)
+        sums.setflags(write=False)
+        return counts, sums
+
     def truth(self) -> tuple[FloatArray, FloatArray]:
         """Non-private frequency (fraction of users holding each key) and mean per key.
 
         The mean of a key nobody holds is NaN (undefined), never 0.
         """
-        counts = np.bincount(self.keys, minlength=self.d).astype(np.float64)
-        sums = np.bincount(self.keys, weights=self.values, minlength=self.d)
+        counts, sums = self.key_totals()
         n = max(self.n_users, 1)
         with np.errstate(invalid="ignore", divide="ignore"):
             mean = np.where(counts > 0, sums / np.maximum(counts, 1), np.nan)

@@ -32,7 +32,9 @@ up to the first t whose prediction is worse than its predecessor's (the variance
 unimodal in t: more reports per key against a GRR over 3^t symbols).
 
 Rankings for several objectives on one deployment (:func:`advise_many`) share their
-predictions: each candidate with its parameters is predicted once.
+predictions: each candidate with its parameters is predicted once, and the draw-based
+estimators of one mechanism with its parameters (PCKV's ``em`` and ``eb``) run on one set
+of draws with one EM fit.
 
 Predictions are computed on a population of at most about ``PAIR_BUDGET`` pairs (or
 ``DATASET_USERS`` devices of a named dataset) and scaled to n devices: every variance
@@ -63,6 +65,7 @@ OBJECTIVES = ("sum", "frequency", "mean")
 PAIR_BUDGET = 2_000_000  # key-value pairs of the reference population (memory and time)
 DATASET_USERS = 50_000  # devices generated of a named dataset (scaled to the deployment's n)
 DATASET_SEED = 1  # a draw of the named kind of population, not the one an experiment scores
+DRAWN = ("em", "eb")  # PCKV's and the key-sampled mechanisms' estimators predicted by draws
 
 
 @dataclass(frozen=True)
@@ -195,19 +198,26 @@ Scorer = Callable[[Candidate, dict[str, Any]], Advice]
 
 def _scorer(d: int, epsilon: float, pop: KVData, scale: float) -> Scorer:
     """Scores of candidates on one deployment, each (mechanism, estimator, parameters)
-    predicted once however often it is asked for (by every objective ranked)."""
+    predicted once however often it is asked for (by every objective ranked). The
+    draw-based estimators of a mechanism with given parameters (PCKV's ``em`` and ``eb``)
+    are predicted together, on one set of draws with one EM fit."""
     done: dict[tuple[str, str, tuple[tuple[str, Any], ...]], Advice] = {}
 
     def score(c: Candidate, params: dict[str, Any]) -> Advice:
-        key = (c.mechanism, c.estimator, tuple(sorted(params.items())))
-        if key not in done:
+        fixed = tuple(sorted(params.items()))
+        if (c.mechanism, c.estimator, fixed) not in done:
             mech = create(c.mechanism, d, epsilon, **params)
-            if isinstance(mech, (PCKVEstimation, KeySampledMechanism)) and c.estimator in ("em", "eb"):
-                pred = predict_by_draws(mech, pop, c.estimator, scale_users=scale)
+            if isinstance(mech, (PCKVEstimation, KeySampledMechanism)) and c.estimator in DRAWN:
+                ranked = {
+                    k.estimator for k in CANDIDATES + FREQUENCY_CANDIDATES if k.mechanism == c.mechanism
+                }
+                together = sorted((ranked | {c.estimator}) & set(DRAWN))
+                preds = predict_by_draws(mech, pop, together, scale_users=scale)
             else:
-                pred = predict(mech, pop, c.estimator, scale_users=scale)
-            done[key] = _advice(c, params, pred)
-        return done[key]
+                preds = {c.estimator: predict(mech, pop, c.estimator, scale_users=scale)}
+            for estimator, pred in preds.items():
+                done[c.mechanism, estimator, fixed] = _advice(replace(c, estimator=estimator), params, pred)
+        return done[c.mechanism, c.estimator, fixed]
 
     return score
 

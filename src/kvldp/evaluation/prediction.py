@@ -26,6 +26,7 @@ with the estimator's own nonlinearity kept.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,19 +119,21 @@ def _estimable_mean(
 def predict_by_draws(
     mechanism: Mechanism,
     users: KVData,
-    estimator: str,
+    estimators: Sequence[str],
     scale_users: float = 1.0,
     draws: int = DRAWS,
     seed: int = 0,
-) -> Prediction:
-    """Per-key MSE of ``estimator`` by running it on ``draws`` draws of the mechanism's statistics.
+) -> dict[str, Prediction]:
+    """Per-key MSE of each of ``estimators`` by running it on ``draws`` draws of the
+    mechanism's statistics.
 
     PCKV's counts come from :func:`_pckv_draws`, a key-sampled mechanism's from
     :func:`_key_sampled_draws`; the counts are drawn as the integers they are, so rare
-    keys' small counts keep their nonlinearity. The estimator runs on all draws at once
+    keys' small counts keep their nonlinearity. The estimators run on all draws at once
     (``estimate_many``: what ``estimate`` answers on each draw; a key-sampled mechanism's
-    for ``em`` and ``eb``). A mean the estimator leaves undefined is scored as 0, as
-    ``kvldp evaluate`` scores it.
+    for ``em`` and ``eb``), every estimator on the draws it would have alone with the same
+    seed, and what they share (EM's fit) is computed once. A mean an estimator leaves
+    undefined is scored as 0, as ``kvldp evaluate`` scores it.
     """
     true_f, true_m = users.truth()
     rng = np.random.default_rng(seed)
@@ -140,15 +143,17 @@ def predict_by_draws(
         n, arrays = _key_sampled_draws(mechanism, users, scale_users, draws, rng)
     else:
         raise TypeError(f"{mechanism.name}: no draw model for its statistics")
-    freq, mean = mechanism.estimate_many(n, arrays, estimator)
-    err_f = freq - true_f
-    err_m = np.nan_to_num(mean, nan=0.0) - true_m
-    return Prediction(
-        mse_frequency=np.mean(err_f**2, axis=0),
-        mse_mean=np.mean(err_m**2, axis=0),
-        bias_frequency=np.mean(err_f, axis=0),
-        bias_mean=np.mean(err_m, axis=0),
-    )
+    predictions: dict[str, Prediction] = {}
+    for estimator, (freq, mean) in mechanism.estimate_many(n, arrays, estimators).items():
+        err_f = freq - true_f
+        err_m = np.nan_to_num(mean, nan=0.0) - true_m
+        predictions[estimator] = Prediction(
+            mse_frequency=np.mean(err_f**2, axis=0),
+            mse_mean=np.mean(err_m**2, axis=0),
+            bias_frequency=np.mean(err_f, axis=0),
+            bias_mean=np.mean(err_m, axis=0),
+        )
+    return predictions
 
 
 def _pckv_draws(

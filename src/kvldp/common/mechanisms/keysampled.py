@@ -24,7 +24,8 @@ Everything else follows from P and one left inverse A (A P = I):
   docs/robust.md);
 * batches: ``em`` and ``eb`` also run on many snapshots at once
   (:meth:`KeySampledMechanism.estimate_many`, the draws behind a predicted error): one
-  EM call for every key of every snapshot, each snapshot's priors its own;
+  EM call for every key of every snapshot, shared by both when asked for together, each
+  snapshot's priors its own;
 * standard errors: the exact covariance of the counts given the population —
   multinomial over the M_j reporters, minus the finite-population correction for
   sampling M_j of the n users without replacement — pushed through A (or through the
@@ -38,7 +39,7 @@ paper's estimator is not P^-1.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar
 
@@ -86,6 +87,13 @@ def states_of(users: KVData, keys: IntArray, rng: np.random.Generator) -> IntArr
     held, values = users.lookup(np.arange(n, dtype=np.int64), keys)
     vstar = disc(values, rng)
     return np.where(held, np.where(vstar > 0, POS, NEG), ABSENT).astype(np.int64)
+
+
+def population_states(users: KVData) -> FloatArray:
+    """sum_u theta_u(j) per key j, (d, 3): how many users are in each state of key j in
+    expectation, a holder's theta being ((1-v)/2, 0, (1+v)/2) (Disc's chances)."""
+    holders, sums = users.key_totals()
+    return np.stack([(holders - sums) / 2.0, users.n_users - holders, (holders + sums) / 2.0], axis=1)
 
 
 def mean_from_states(theta: FloatArray) -> FloatArray:
@@ -180,11 +188,8 @@ class KeySampledMechanism(Mechanism):
         arrays["counts"] += np.bincount(codes, minlength=self.d * n_sym).reshape(self.d, n_sym)
 
     def expected_stats(self, users: KVData) -> Stats:
-        """E[counts[j]] = (1/d) P sum_u theta_u(j), theta of a holder = ((1-v)/2, 0, (1+v)/2)."""
-        holders = np.bincount(users.keys, minlength=self.d).astype(np.float64)
-        up = np.bincount(users.keys, weights=(1.0 + users.values) / 2.0, minlength=self.d)
-        latent = np.stack([holders - up, users.n_users - holders, up], axis=1)  # (d, 3)
-        counts = latent @ self.transition().T / self.d
+        """E[counts[j]] = (1/d) P sum_u theta_u(j) (:func:`population_states`)."""
+        counts = population_states(users) @ self.transition().T / self.d
         return Stats.expected(self, {"counts": counts, "n": np.array([float(users.n_users)])})
 
     # --------------------------------------------------------------- estimation
@@ -565,25 +570,28 @@ class KeySampledMechanism(Mechanism):
         return f, m
 
     def estimate_many(
-        self, n: float, arrays: Mapping[str, FloatArray], estimator: str
-    ) -> tuple[FloatArray, FloatArray]:
-        """Frequencies and means (R, d) of ``em`` or ``eb`` on R snapshots of n reports each,
-        their ``counts`` stacked along a leading axis in ``arrays`` (R, d, J): what
-        :meth:`estimate` answers on each, without standard errors, in one pass over all of
-        them (one EM call for every key of every snapshot, priors fitted per snapshot)."""
-        if estimator not in ("em", "eb") or estimator not in self.estimator_names:
-            raise UnknownEstimator(f"{self.name}: estimate_many runs em and eb, not {estimator!r}")
+        self, n: float, arrays: Mapping[str, FloatArray], estimators: Sequence[str]
+    ) -> dict[str, tuple[FloatArray, FloatArray]]:
+        """Frequencies and means (R, d) of each of ``estimators`` (``em``, ``eb``) on R
+        snapshots of n reports each, their ``counts`` stacked along a leading axis in
+        ``arrays`` (R, d, J): what :meth:`estimate` answers on each, without standard
+        errors, in one pass over all of them (one EM call for every key of every snapshot,
+        which serves both estimators; priors fitted per snapshot)."""
+        for estimator in estimators:
+            if estimator not in ("em", "eb") or estimator not in self.estimator_names:
+                raise UnknownEstimator(f"{self.name}: estimate_many runs em and eb, not {estimator!r}")
         counts = np.asarray(arrays["counts"], dtype=np.float64)
         shape = counts.shape[:-1]
         flat = counts.reshape(-1, counts.shape[-1])
         reports = round(n)
         theta, _ = self._em_states(flat, parse_em_options({}, (flat.shape[0], 3)))
         freq, mean, _ = self._points(flat, theta, theta, theta, reports, mean_from_states(theta))
-        if estimator == "em":
-            return freq.reshape(shape), mean.reshape(shape)
-        theta_hat = self._linear_states(flat).reshape(*shape, 3)
-        f, m = self._shrunk(counts, theta_hat, freq.reshape(shape), mean.reshape(shape), reports)
-        return f.value, m.value
+        out = {"em": (freq.reshape(shape), mean.reshape(shape))}
+        if "eb" in estimators:
+            theta_hat = self._linear_states(flat).reshape(*shape, 3)
+            f, m = self._shrunk(counts, theta_hat, *out["em"], reports)
+            out["eb"] = f.value, m.value
+        return {e: out[e] for e in estimators}
 
     # --------------------------------------------------------------- privacy
     def audit_model(self, exhaustive: bool) -> OutputModel:

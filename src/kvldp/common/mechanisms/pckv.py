@@ -188,17 +188,19 @@ class PCKV(PCKVEstimation):
         (1 - W_u) alpha0. A, B (B0) are the joint chances that the sampled (another)
         coordinate is non-zero *and* the report is accepted, alpha (alpha0) the chance of
         acceptance, for a device that sampled a real key (a dummy); without a refusal
-        region they are a, b, b and 1. Exact, for any population."""
+        region they are a, b, b and 1. Exact, for any population. The sum over holders
+        splits into (A - B)/2 sum w_u +- A (2p-1)/2 sum w_u v_u: two weighted counts per key."""
         w, dummy = slot_weights(users, self.ell)
         acc = self.accepted
         a, b, p = acc.alpha * acc.a, acc.alpha * acc.b, self.p
         b0 = acc.dummy_alpha * acc.dummy_b
         real = 1.0 - dummy
         base = float(np.sum(real * b + dummy * b0)) / 2.0
-        lift = (2 * p - 1) * users.values
-        lifts = w[:, None] * (a / 2 * (1 + np.stack([lift, -lift], axis=1)) - b / 2)
-        n1 = base + np.bincount(users.keys, weights=lifts[:, 0], minlength=self.d).astype(np.float64)
-        n2 = base + np.bincount(users.keys, weights=lifts[:, 1], minlength=self.d).astype(np.float64)
+        sampled = np.bincount(users.keys, weights=w, minlength=self.d)
+        valued = np.bincount(users.keys, weights=w * users.values, minlength=self.d)
+        common = base + (a - b) / 2 * sampled
+        lift = a * (2 * p - 1) / 2 * valued
+        n1, n2 = common + lift, common - lift
         n = float(np.sum(real * acc.alpha + dummy * acc.dummy_alpha))
         return Stats.expected(self, {"n1": n1, "n2": n2, "n": np.array([n])})
 

@@ -55,11 +55,12 @@ costs 1 + m^2 in squared error against m^2 for 0, which is the whole 5-23% loss
 measured at epsilon = 1 on the same reports (``tests/test_pckv_estimate.py``). Such keys
 are never estimable, so EM gives them no mean.
 
-Batches: :meth:`PCKVEstimation.estimate_many` runs an estimator on many snapshots at
+Batches: :meth:`PCKVEstimation.estimate_many` runs estimators on many snapshots at
 once (the draws behind a predicted error), with no loop over them: the arithmetic is
 per key, EM's keys are independent groups of one solver call, and the projections and
-priors are per snapshot. :meth:`~PCKVEstimation.estimate` is the same code on one
-snapshot, plus standard errors and diagnostics.
+priors are per snapshot; estimators asked for together share EM's fit, Algorithm 4 and
+the basis. :meth:`~PCKVEstimation.estimate` is the same code on one snapshot and one
+estimator, plus standard errors and diagnostics.
 
 Standard errors are analytic: the exact covariance of (n1[j], n2[j]) given a two-type
 population (n f holders sampling j with weight 1/ell and sharing the value m, as in
@@ -84,7 +85,7 @@ estimators cannot undo it). No error is raised: the data model allows such users
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -226,20 +227,22 @@ class PCKVEstimation(Mechanism):
 
     # --------------------------------------------------------------- estimation
     def estimate_many(
-        self, n: float, arrays: Mapping[str, FloatArray], estimator: str
-    ) -> tuple[FloatArray, FloatArray]:
-        """Frequencies and means (R, d) of ``estimator`` on R snapshots of n reports each,
-        their ``n1`` and ``n2`` stacked along a leading axis in ``arrays`` (R, d): what
-        :meth:`estimate` answers on each (it is this with one snapshot, plus standard
+        self, n: float, arrays: Mapping[str, FloatArray], estimators: Sequence[str]
+    ) -> dict[str, tuple[FloatArray, FloatArray]]:
+        """Frequencies and means (R, d) of each of ``estimators`` on R snapshots of n reports
+        each, their ``n1`` and ``n2`` stacked along a leading axis in ``arrays`` (R, d):
+        what :meth:`estimate` answers on each (it is this with one snapshot, plus standard
         errors and diagnostics), in one pass over all of them (every estimator is
-        elementwise or per snapshot, EM's keys independent)."""
-        if estimator not in self.estimator_names:
-            raise UnknownEstimator(
-                f"{self.name} has no estimator {estimator!r} (available: {', '.join(self.estimator_names)})"
-            )
+        elementwise or per snapshot, EM's keys independent). What estimators share is
+        computed once: EM's fit serves ``em`` and ``eb``."""
+        for estimator in estimators:
+            if estimator not in self.estimator_names:
+                raise UnknownEstimator(
+                    f"{self.name} has no estimator {estimator!r} (available: {', '.join(self.estimator_names)})"
+                )
         n1, n2 = (np.asarray(arrays[k], dtype=np.float64) for k in ("n1", "n2"))
-        point = self._point(n, n1, n2, estimator, parse_em_options({}, (self.d, 3)), {})
-        return point.frequency, point.mean
+        points = self._points(n, n1, n2, estimators, parse_em_options({}, (self.d, 3)), {})
+        return {e: (point.frequency, point.mean) for e, point in points.items()}
 
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
         n = float(stats.arrays["n"][0])
@@ -248,7 +251,7 @@ class PCKVEstimation(Mechanism):
         diag: dict[str, Any] = {"assumes": ASSUMES}
         if estimator not in ("em", "eb") and options:
             raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
-        point = self._point(n, n1, n2, estimator, parse_em_options(options, (self.d, 3)), diag)
+        point = self._points(n, n1, n2, (estimator,), parse_em_options(options, (self.d, 3)), diag)[estimator]
         if point.basis is None:
             nan = np.full(self.d, np.nan)
             diag.update(undefined_means=self.d, not_estimable_means=0, no_reports=True)
@@ -279,39 +282,51 @@ class PCKVEstimation(Mechanism):
             mean_bounds=(basis.mean_low, basis.mean_high),
         )
 
-    def _point(
-        self, n: float, n1: FloatArray, n2: FloatArray, estimator: str, opts: EMOptions, diag: dict[str, Any]
-    ) -> _Point:
-        """``estimator``'s frequencies and means on the counts n1, n2 of one snapshot (d,) or
-        of a batch of snapshots (..., d) of n reports each, and the basis of their
-        intervals; ``diag`` receives the diagnostics of EM and Algorithm 4 (over every
-        snapshot of a batch)."""
+    def _points(
+        self,
+        n: float,
+        n1: FloatArray,
+        n2: FloatArray,
+        estimators: Sequence[str],
+        opts: EMOptions,
+        diag: dict[str, Any],
+    ) -> dict[str, _Point]:
+        """Each of ``estimators``' frequencies and means on the counts n1, n2 of one snapshot
+        (d,) or of a batch of snapshots (..., d) of n reports each, and the basis of their
+        intervals; EM (for ``em`` and ``eb``), Algorithm 4 and the basis are computed once
+        for all of them. ``diag`` receives the diagnostics of EM and Algorithm 4 (over
+        every snapshot of a batch)."""
         em_freq = em_mean = latent = None
-        if estimator in ("em", "eb"):
+        if "em" in estimators or "eb" in estimators:
             em_freq, em_mean, latent = self._em(n, n1, n2, opts, diag)
+        fitted = {e: latent if e in ("em", "eb") else None for e in estimators}
         if n <= 0:
             nan = np.full(np.shape(n1), np.nan)
-            return _Point(nan, nan.copy(), None, latent, None)
+            return {e: _Point(nan, nan.copy(), None, fitted[e], None) for e in estimators}
         paper_freq, paper_mean = self.algorithm4(n, n1, n2, diag)
         basis = self.inference_basis(n, n1, n2, paper_mean)
-        if estimator == "eb":
-            assert em_freq is not None and em_mean is not None
-            # the EM means of every key with at least one estimated holder: shrinkage weighs
-            # the weak ones itself (a mean below one holder is EM's boundary artefact)
-            unheld = basis.raw < 1.0 / n
-            f, m = self._shrunk(n, basis, em_freq, np.where(unheld, np.nan, em_mean))
-            return _Point(f.value, m.value, basis, latent, (f, m))
-        if estimator == "unbiased":
-            freq, mean = basis.raw, self._answered(paper_mean, basis)
-        elif estimator == "paper":
-            freq, mean = paper_freq, paper_mean
-        elif estimator == "em":
-            assert em_freq is not None and em_mean is not None
-            freq, mean = em_freq, self._answered(em_mean, basis)
-        else:
-            freq, mean = self._normsub(n, n1, n2)
-            mean = self._answered(mean, basis)
-        return _Point(freq, mean, basis, latent, None)
+        points: dict[str, _Point] = {}
+        for estimator in estimators:
+            priors = None
+            if estimator == "eb":
+                assert em_freq is not None and em_mean is not None
+                # the EM means of every key with at least one estimated holder: shrinkage weighs
+                # the weak ones itself (a mean below one holder is EM's boundary artefact)
+                unheld = basis.raw < 1.0 / n
+                priors = self._shrunk(n, basis, em_freq, np.where(unheld, np.nan, em_mean))
+                freq, mean = priors[0].value, priors[1].value
+            elif estimator == "unbiased":
+                freq, mean = basis.raw, self._answered(paper_mean, basis)
+            elif estimator == "paper":
+                freq, mean = paper_freq, paper_mean
+            elif estimator == "em":
+                assert em_freq is not None and em_mean is not None
+                freq, mean = em_freq, self._answered(em_mean, basis)
+            else:
+                freq, mean = self._normsub(n, n1, n2)
+                mean = self._answered(mean, basis)
+            points[estimator] = _Point(freq, mean, basis, fitted[estimator], priors)
+        return points
 
     def inference_basis(self, n: float, n1: FloatArray, n2: FloatArray, mean: FloatArray) -> InferenceBasis:
         """The unbiased linear statistics every estimator's intervals are built on.
