@@ -114,6 +114,44 @@ def pack_bits(bits: NDArray[np.bool_]) -> NDArray[np.uint8]:
     return np.packbits(bits, axis=1, bitorder="little")
 
 
+#: bits drawn per block by :func:`one_hot_bits` (bounds its temporary memory to ~10 MiB)
+_DRAW_BLOCK_BITS = 1 << 22
+
+
+def one_hot_bits(
+    index: IntArray, nbits: int, p: float, q: float, rng: np.random.Generator
+) -> NDArray[np.uint8]:
+    """Unary encoding's client: packed (n, ceil(nbits / 8)) bits (:func:`pack_bits`'s order)
+    where bit ``index[i]`` of row i is 1 with probability ``p`` and every other bit with
+    probability ``q``, all independently.
+
+    A bit costs one random byte instead of a float64 uniform (about 6x faster over the
+    3^d bits of IOH): it is 1 when its byte is below t = min(floor(256 q), 255), and where
+    the byte equals t (1 in 256) with probability r = 256 q - t, drawn as a uniform. So
+    Pr[1] = t / 256 + r / 256 = q exactly, and bits stay independent. The true bit is then
+    redrawn with one uniform per row.
+    """
+    n = index.shape[0]
+    out = np.empty((n, (nbits + 7) // 8), dtype=np.uint8)
+    threshold = min(math.floor(256.0 * q), 255)
+    rest = 256.0 * q - threshold
+    block = max(1, _DRAW_BLOCK_BITS // max(nbits, 1))
+    for start in range(0, n, block):
+        rows = min(block, n - start)
+        words = rng.integers(0, 2**64, size=-(-rows * nbits // 8), dtype=np.uint64)
+        draws = words.view(np.uint8)[: rows * nbits].reshape(rows, nbits)
+        bits = draws < threshold
+        ties = np.flatnonzero(draws == threshold)
+        bits.flat[ties] = rng.random(ties.size) < rest
+        out[start : start + rows] = pack_bits(bits)
+    rows = np.arange(n)
+    cols = index >> 3
+    mask = np.left_shift(1, index & 7).astype(np.uint8)
+    own = rng.random(n) < p
+    out[rows, cols] = np.where(own, out[rows, cols] | mask, out[rows, cols] & ~mask)
+    return out
+
+
 #: the bits of every byte value, little bit order: (256, 8)
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
     np.int64

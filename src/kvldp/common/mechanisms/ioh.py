@@ -63,15 +63,13 @@ from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_r
 from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
 from kvldp.common.params import InvalidParameter
 from kvldp.common.plausibility import RefusalRule, set_bits
-from kvldp.common.primitives import FloatArray, bit_column_sums, rr_keep
+from kvldp.common.primitives import FloatArray, bit_column_sums, one_hot_bits, rr_keep
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 
 #: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; docs/mechanisms.md, *IOH*)
 MAX_D = 10
-#: uniforms drawn per client block (32 MiB of float64)
-PERTURB_CHUNK_BITS = 1 << 22
 
 
 class JointStateMechanism(Mechanism):
@@ -187,18 +185,7 @@ class IOH(JointStateMechanism):
 
     def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
         index = joint_index(joint_states(users, rng))
-        n = users.n_users
-        out = np.empty((n, self.fields()[0].nbytes), dtype=np.uint8)
-        block = max(1, PERTURB_CHUNK_BITS // self.n_cells)
-        for start in range(0, n, block):
-            stop = min(n, start + block)
-            rows = np.arange(stop - start)
-            # one uniform per bit: a bit is reported 1 below p at the true index, below q elsewhere
-            u = rng.random((stop - start, self.n_cells))
-            bits = u < self.q
-            bits[rows, index[start:stop]] = u[rows, index[start:stop]] < self.p
-            out[start:stop] = np.packbits(bits, axis=1, bitorder="little")
-        return {"a": out}
+        return {"a": one_hot_bits(index, self.n_cells, self.p, self.q, rng)}
 
     # --------------------------------------------------------------- statistics
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
