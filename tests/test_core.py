@@ -96,10 +96,11 @@ def test_statistics_bytes_reject_garbage() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rows", "nbits"), [(0, 9), (5, 1), (1023, 100), (1024, 100), (5000, 13), (3000, 6561)]
+    ("rows", "nbits"), [(0, 9), (5, 1), (1023, 100), (1024, 100), (5000, 13), (2000, 300), (3000, 6561)]
 )
 def test_bit_column_sums_count_every_set_bit(rows: int, nbits: int) -> None:
-    """Both paths (unpacking few rows, byte histograms for many) against a plain count."""
+    """Both paths (unpacking few or wide rows, byte histograms for many narrow ones)
+    against a plain count, with columns counting past a uint8."""
     bits = np.random.default_rng(rows + nbits).random((rows, nbits)) < 0.3
     assert np.array_equal(bit_column_sums(pack_bits(bits), nbits), bits.sum(axis=0))
 

@@ -156,29 +156,40 @@ def one_hot_bits(
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
     np.int64
 )
-#: from this many rows on, per-byte histograms beat unpacking every bit
+#: from this many rows on, per-byte histograms beat unpacking every bit ...
 _HISTOGRAM_ROWS = 1024
+#: ... of rows narrower than this many bytes
+_HISTOGRAM_BYTES = 32
+#: unpacked rows added up in uint8 before a count could overflow
+_UINT8_ROWS = 255
+#: bits unpacked per block (a block stays in cache)
+_UNPACK_BITS = 1 << 21
 
 
 def bit_column_sums(packed: NDArray[np.uint8], nbits: int) -> NDArray[np.int64]:
     """Per-bit counts over the rows of a packed bitset matrix (vectorised).
 
-    Many rows: a 256-bin histogram of each byte column times the bits of each byte
+    Many narrow rows: a 256-bin histogram of each byte column times the bits of each byte
     value — one pass over the bytes instead of unpacking 8 bits each and summing them
-    (about 5x faster at 1e5 rows of 100 bits). Few rows: unpack. Rows are taken in
-    blocks that bound the temporary memory.
+    (about 5x faster at 1e5 rows of 100 bits). Wide rows (IOH's 3^d bits) or few rows:
+    unpack, and add the rows 255 at a time in uint8 before widening to int64 (about 3x
+    faster than int64 sums, and than a histogram per byte column of wide rows). Rows
+    are taken in blocks that bound the temporary memory.
     """
     total = np.zeros(nbits, dtype=np.int64)
     nbytes = max(packed.shape[1], 1)
-    step = max(_HISTOGRAM_ROWS, _BIT_BLOCK // (8 * nbytes))  # a block is at most 2 MiB of bytes
-    for start in range(0, packed.shape[0], step):
-        block = packed[start : start + step]
-        if block.shape[0] >= _HISTOGRAM_ROWS:
-            counts = np.stack(
-                [np.bincount(column, minlength=256) for column in np.ascontiguousarray(block.T)]
-            )
+    if packed.shape[0] >= _HISTOGRAM_ROWS and nbytes < _HISTOGRAM_BYTES:
+        step = _BIT_BLOCK // (8 * nbytes)  # a block is at most 2 MiB of bytes
+        for start in range(0, packed.shape[0], step):
+            block = np.ascontiguousarray(packed[start : start + step].T)
+            counts = np.stack([np.bincount(column, minlength=256) for column in block])
             total += (counts @ _BYTE_BITS).reshape(-1)[:nbits]
-        else:
-            bits = np.unpackbits(block, axis=1, count=nbits, bitorder="little")
-            total += bits.sum(axis=0, dtype=np.int64)
+        return total
+    step = max(1, _UNPACK_BITS // max(nbits, 1) // _UINT8_ROWS) * _UINT8_ROWS
+    for start in range(0, packed.shape[0], step):
+        bits = np.unpackbits(packed[start : start + step], axis=1, count=nbits, bitorder="little")
+        groups = bits.shape[0] // _UINT8_ROWS
+        grouped = bits[: groups * _UINT8_ROWS].reshape(groups, _UINT8_ROWS, nbits)
+        total += grouped.sum(axis=1, dtype=np.uint8).sum(axis=0, dtype=np.int64)
+        total += bits[groups * _UINT8_ROWS :].sum(axis=0, dtype=np.int64)
     return total
