@@ -110,8 +110,15 @@ _BIT_BLOCK = 1 << 24
 
 
 def pack_bits(bits: NDArray[np.bool_]) -> NDArray[np.uint8]:
-    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (docs/wire-format.md)."""
-    return np.packbits(bits, axis=1, bitorder="little")
+    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (docs/wire-format.md).
+
+    The rows are padded to whole bytes and packed as one flat run of bits: on narrow rows
+    several times faster than packing row by row, and never much slower."""
+    n, width = bits.shape
+    nbytes = (width + 7) // 8
+    padded = np.zeros((n, 8 * nbytes), dtype=bool)
+    padded[:, :width] = bits
+    return np.packbits(padded.reshape(-1), bitorder="little").reshape(n, nbytes)
 
 
 #: bits drawn per block by :func:`one_hot_bits` (bounds its temporary memory to ~10 MiB)
@@ -128,8 +135,8 @@ def one_hot_bits(
     A bit costs one random byte instead of a float64 uniform (about 6x faster over the
     3^d bits of IOH): it is 1 when its byte is below t = min(floor(256 q), 255), and where
     the byte equals t (1 in 256) with probability r = 256 q - t, drawn as a uniform. So
-    Pr[1] = t / 256 + r / 256 = q exactly, and bits stay independent. The true bit is then
-    redrawn with one uniform per row.
+    Pr[1] = t / 256 + r / 256 = q exactly, and bits stay independent. The true bits are
+    then redrawn, one uniform each.
     """
     n = index.shape[0]
     out = np.empty((n, (nbits + 7) // 8), dtype=np.uint8)
@@ -144,11 +151,10 @@ def one_hot_bits(
         ties = np.flatnonzero(draws == threshold)
         bits.flat[ties] = rng.random(ties.size) < rest
         out[start : start + rows] = pack_bits(bits)
-    rows = np.arange(n)
-    cols = index >> 3
+    flat = out.reshape(-1)
+    at = np.arange(n) * out.shape[1] + (index >> 3)
     mask = np.left_shift(1, index & 7).astype(np.uint8)
-    own = rng.random(n) < p
-    out[rows, cols] = np.where(own, out[rows, cols] | mask, out[rows, cols] & ~mask)
+    flat[at] = np.where(rng.random(n) < p, flat[at] | mask, flat[at] & ~mask)
     return out
 
 
