@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -102,12 +103,16 @@ class JointStateMechanism(Mechanism):
         """f(k|C) and m(k|C) for one query (build it with :func:`kvldp.common.conditional.parse_query`)."""
         return self.conditional_many(stats, [query], estimator)[0]
 
+    @cached_property
+    def _key_queries(self) -> tuple[ConditionalQuery, ...]:
+        """The unconditional query of every key: the per-key estimates."""
+        return tuple(ConditionalQuery.build(self.d, key) for key in range(self.d))
+
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
         if options:
             raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
-        queries = [ConditionalQuery.build(self.d, key) for key in range(self.d)]
         # the per-key frequency stays raw, as every other mechanism's unbiased frequency
-        answers = answer_queries(self, stats, queries, estimator, clip_frequency=False)
+        answers = answer_queries(self, stats, self._key_queries, estimator, clip_frequency=False)
         frequency = np.array([a.frequency for a in answers])
         mean = np.array([a.mean for a in answers])
         f_bounds = np.array([a.frequency_interval for a in answers]).reshape(-1, 2)
