@@ -8,7 +8,7 @@ import pytest
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms import create
 from kvldp.common.params import InvalidParameter, parse_assignments
-from kvldp.common.primitives import bit_column_sums, pack_bits
+from kvldp.common.primitives import bit_column_sums, one_hot_bits, pack_bits
 from kvldp.common.schema import Field, validate_fields
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats, StatsMismatch
@@ -100,9 +100,35 @@ def test_statistics_bytes_reject_garbage() -> None:
 
 
 @pytest.mark.parametrize(
-    ("rows", "nbits"), [(0, 9), (5, 1), (1023, 100), (1024, 100), (5000, 13), (3000, 6561)]
+    ("rows", "nbits"), [(0, 9), (5, 1), (1023, 100), (1024, 100), (5000, 13), (2000, 300), (3000, 6561)]
 )
 def test_bit_column_sums_count_every_set_bit(rows: int, nbits: int) -> None:
-    """Both paths (unpacking few rows, byte histograms for many) against a plain count."""
+    """Both paths (unpacking few or wide rows, byte histograms for many narrow ones)
+    against a plain count, with columns counting past a uint8."""
     bits = np.random.default_rng(rows + nbits).random((rows, nbits)) < 0.3
     assert np.array_equal(bit_column_sums(pack_bits(bits), nbits), bits.sum(axis=0))
+
+
+@pytest.mark.parametrize(
+    ("nbits", "p", "q"),
+    [
+        (13, 0.5, 1 / (np.e**4 + 1)),  # OUE at eps = 4
+        (27, 0.73, 0.27),  # SUE at eps = 2
+        (9, 0.9, 0.5 / 256),  # every bit drawn below q is one of the 1-in-256 ties
+        (700, 1.0, 0.0),  # several blocks of rows
+    ],
+)
+def test_one_hot_bits_set_the_true_bit_with_p_and_every_other_with_q(nbits: int, p: float, q: float) -> None:
+    """Each bit's frequency within 4 sd of a binomial proportion; padding bits stay 0."""
+    n = 400_000 if nbits < 100 else 20_000
+    rng = np.random.default_rng(nbits)
+    index = rng.integers(0, nbits, n)
+    packed = one_hot_bits(index, nbits, p, q, rng)
+    assert packed.shape == (n, (nbits + 7) // 8)
+    assert not np.any(np.unpackbits(packed, axis=1, bitorder="little")[:, nbits:])
+    bits = np.unpackbits(packed, axis=1, count=nbits, bitorder="little").astype(bool)
+    own = np.zeros_like(bits)
+    own[np.arange(n), index] = True
+    for mask, prob in ((own, p), (~own, q)):
+        count = int(mask.sum())
+        assert abs(bits[mask].mean() - prob) <= 4 * np.sqrt(prob * (1 - prob) / count) + 1e-12, (prob, count)

@@ -4,6 +4,7 @@ fetches (the live run, a restart and the replay oracle must agree exactly)."""
 
 from __future__ import annotations
 
+import hmac
 import itertools
 from collections import Counter, deque
 
@@ -182,6 +183,16 @@ def test_device_hashes_are_keyed() -> None:
     a, b = device_hashes(b"key a", ids), device_hashes(b"key b", ids)
     assert len(set(a.tolist())) == 3 and not set(a.tolist()) & set(b.tolist())
     assert np.array_equal(a, device_hashes(b"key a", ids))
+
+
+@pytest.mark.parametrize("key", [b"", b"k", b"x" * 64, b"y" * 65, bytes(range(256))])
+def test_device_hashes_are_the_first_eight_bytes_of_hmac_sha256(key: bytes) -> None:
+    """Keys shorter than, as long as and longer than SHA-256's 64-byte block (RFC 2104
+    hashes a longer key first)."""
+    ids = [b"device-1", b"", None, b"d" * 200]
+    expected = [int.from_bytes(hmac.digest(key, i or b"", "sha256")[:8], "little") for i in ids]
+    assert device_hashes(key, ids).tolist() == expected
+    assert device_hashes(key, []).dtype == np.uint64 and device_hashes(key, []).size == 0
 
 
 # ---------------------------------------------------------------------- through plan()

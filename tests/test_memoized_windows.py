@@ -23,6 +23,7 @@ the old one.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -111,15 +112,13 @@ def period_reports(
     signs = np.where(alpha < (1.0 + fleet.values) / 2.0, 1.0, -1.0)
     # state code per (period, device): key k absent 0, present with sign -1 -> 1, +1 -> 2
     state = (fleet.present * (1 + (signs > 0)) * 3 ** np.arange(D)).sum(axis=2)
-    pairs = np.unique(
-        np.stack([np.broadcast_to(np.arange(N), state.shape), state], -1).reshape(-1, 2), axis=0
-    )
-    device, code = pairs[:, 0], pairs[:, 1]
-    digits = (code[:, None] // 3 ** np.arange(D)) % 3
+    # every (device, state) pair met, as device * 3^D + state, sorted
+    pairs = np.unique(np.arange(N) * 3**D + state)
+    digits = (pairs[:, None] % 3**D // 3 ** np.arange(D)) % 3
     memo = mech.perturb_many(as_users(digits > 0, np.where(digits == 2, 1.0, -1.0)), rng)
     out = []
     for t in range(PERIODS):
-        row = np.searchsorted(device * 3**D + code, np.arange(N) * 3**D + state[t])
+        row = np.searchsorted(pairs, np.arange(N) * 3**D + state[t])
         out.append({name: column[row] for name, column in memo.items()})
     return out
 
@@ -133,10 +132,9 @@ def aggregate(collection: Collection, batches: list[dict[str, Any]]) -> dict[str
     for t, batch in enumerate(batches):
         ts = T0 + t * HOUR_MS
         rids = np.arange(1 + t * N, 1 + (t + 1) * N, dtype=np.uint64)
-        records = [
-            Rec(offset + i, ts, key, value)
-            for i, (key, value) in enumerate(zip(keys, wire.encode_many(batch, ts, rids), strict=True))
-        ]
+        records = list(
+            map(Rec, range(offset, offset + N), repeat(ts, N), keys, wire.encode_many(batch, ts, rids))
+        )
         offset += N
         work = plan(state, wire, 0, records, b"ledger")
         assert work is not None and not work.rejected

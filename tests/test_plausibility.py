@@ -20,7 +20,7 @@ from kvldp.common.mechanisms.ioh_hrr import IOHOUE
 from kvldp.common.mechanisms.pckv import PCKVUE
 from kvldp.common.mechanisms.ue import OUE, SUE
 from kvldp.common.output_model import DenseModel
-from kvldp.common.plausibility import FALSE_REFUSAL_BOUND, RefusalRule, next_refusal_mass
+from kvldp.common.plausibility import FALSE_REFUSAL_BOUND, RefusalRule, next_refusal_mass, set_bits
 from kvldp.common.primitives import pack_bits
 from kvldp.common.schema import ReportBatch
 
@@ -36,6 +36,19 @@ TYPICAL = [
     ("ioh_oue", 4, 2.0, {}),
 ]
 UNARY = ("pckv_ue", "oue", "sue", "ioh", "ioh_oue")
+
+
+@pytest.mark.parametrize(("rows", "nbytes"), [(0, 3), (4, 0), (5, 1), (7, 8), (300, 9), (2000, 821)])
+def test_set_bits_counts_every_set_bit_of_every_row(rows: int, nbytes: int) -> None:
+    """Widths that are and are not whole 64-bit words, several blocks of rows, and a
+    non-contiguous view."""
+    packed = np.random.default_rng(rows + nbytes).integers(0, 256, (rows, nbytes), dtype=np.uint8)
+    expected = np.unpackbits(packed, axis=1).sum(axis=1)
+    assert set_bits(packed).tolist() == expected.tolist()
+    assert (
+        set_bits(packed[::2, : nbytes // 2]).tolist()
+        == np.unpackbits(packed[::2, : nbytes // 2], axis=1).sum(axis=1).tolist()
+    )
 
 
 def _rule(mech: Mechanism) -> RefusalRule:

@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,9 +58,9 @@ def population_for(name: str, n: int, d: int, rng: np.random.Generator) -> KVDat
     return multi_key_population(n, d, rng)
 
 
-@dataclass(frozen=True)
-class Rec:
-    """A Kafka record as the ingest path sees it (offset, timestamp, key, value)."""
+class Rec(NamedTuple):
+    """A Kafka record as the ingest path sees it (offset, timestamp, key, value): a named
+    tuple, the cheapest record to build by the million."""
 
     offset: int
     timestamp: int

@@ -13,7 +13,7 @@ the previous window.
 
 from __future__ import annotations
 
-import hmac
+import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -24,14 +24,30 @@ U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
 
+#: SHA-256's block size and the HMAC pads (RFC 2104) as byte translation tables
+_BLOCK = 64
+_IPAD = bytes(b ^ 0x36 for b in range(256))
+_OPAD = bytes(b ^ 0x5C for b in range(256))
+
+
 def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
-    """Keyed 64-bit hashes of device ids (``None``, an unkeyed record, hashes the empty id)."""
-    digest = hmac.digest
-    return np.fromiter(
-        (int.from_bytes(digest(key, device or b"", "sha256")[:8], "little") for device in devices),
-        dtype=np.uint64,
-        count=len(devices),
-    )
+    """Keyed 64-bit hashes of device ids (``None``, an unkeyed record, hashes the empty id):
+    the first 8 bytes, little-endian, of HMAC-SHA256(key, id).
+
+    The HMAC is RFC 2104's: the two SHA-256 states keyed by the padded key are set up once
+    and copied for each id, which costs a third of :func:`hmac.digest` per id (that sets up
+    the key every call) — this runs once per fetched record."""
+    padded = (hashlib.sha256(key).digest() if len(key) > _BLOCK else key).ljust(_BLOCK, b"\0")
+    inner, outer = hashlib.sha256(padded.translate(_IPAD)), hashlib.sha256(padded.translate(_OPAD))
+
+    def digest(device: bytes | None) -> bytes:
+        h = inner.copy()
+        h.update(device or b"")
+        o = outer.copy()
+        o.update(h.digest())
+        return o.digest()[:8]
+
+    return np.frombuffer(b"".join(map(digest, devices)), dtype="<u8").astype(np.uint64)
 
 
 #: outcomes of :meth:`Ledger.charge`

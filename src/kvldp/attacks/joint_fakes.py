@@ -35,7 +35,7 @@ from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.mechanisms.ioh_hrr import IOHHRR, state_codes
-from kvldp.common.primitives import FloatArray, IntArray, hadamard_entry
+from kvldp.common.primitives import FloatArray, IntArray, hadamard_entry, pack_bits
 
 #: bits handled at once when placing the adaptive attack's bits (bounds memory)
 BLOCK_CELLS = 1 << 22
@@ -57,12 +57,8 @@ def favourable_cells(d: int, target: Target) -> np.ndarray:
     return ok
 
 
-def _pack(bits: np.ndarray) -> np.ndarray:
-    return np.packbits(bits, axis=1, bitorder="little")
-
-
 def unary_m2ga(mech: Mechanism, n: int, target: Target, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    row = _pack(favourable_cells(mech.d, target)[None, :])
+    row = pack_bits(favourable_cells(mech.d, target)[None, :])
     return {"a": np.repeat(row, n, axis=0)}
 
 
@@ -72,7 +68,7 @@ def unary_rma(mech: Mechanism, n: int, target: Target, rng: np.random.Generator)
     block = max(1, BLOCK_CELLS // cells)
     for start in range(0, n, block):
         stop = min(n, start + block)
-        out[start:stop] = _pack(rng.random((stop - start, cells)) < 0.5)
+        out[start:stop] = pack_bits(rng.random((stop - start, cells)) < 0.5)
     return {"a": out}
 
 
@@ -98,7 +94,7 @@ def unary_adaptive(
         bits = np.zeros((rows, cells), dtype=bool)
         bits[:, good] = g_rank < on_good[:, None]
         bits[:, bad] = b_rank < (k - on_good)[:, None]
-        out[start:stop] = _pack(bits)
+        out[start:stop] = pack_bits(bits)
     return {"a": out}
 
 

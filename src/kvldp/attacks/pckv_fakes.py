@@ -29,7 +29,7 @@ from kvldp.attacks.target import FakeGenerator, Target
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.pckv import PCKV
-from kvldp.common.primitives import IntArray
+from kvldp.common.primitives import IntArray, pack_bits
 from kvldp.common.schema import ReportBatch
 
 
@@ -66,21 +66,17 @@ GRR_GENERATORS: dict[str, FakeGenerator] = {"m2ga": grr_m2ga, "rma": grr_rma, "a
 
 
 # ---------------------------------------------------------------------- PCKV-UE
-def _pack(bits: np.ndarray) -> np.ndarray:
-    return np.packbits(bits, axis=1, bitorder="little")
-
-
 def ue_m2ga(mech: Mechanism, n: int, target: Target, rng: np.random.Generator) -> ReportBatch:
     bits = np.zeros((n, mech.d), dtype=bool)
     bits[:, target.keys] = True
     none = np.zeros_like(bits)
     pos, neg = (bits, none) if target.sign > 0 else (none, bits)
-    return {"pos": _pack(pos), "neg": _pack(neg)}
+    return {"pos": pack_bits(pos), "neg": pack_bits(neg)}
 
 
 def ue_rma(mech: Mechanism, n: int, target: Target, rng: np.random.Generator) -> ReportBatch:
     u = rng.integers(0, 3, size=(n, mech.d))
-    return {"pos": _pack(u == 1), "neg": _pack(u == 2)}
+    return {"pos": pack_bits(u == 1), "neg": pack_bits(u == 2)}
 
 
 def nonzero_counts(batch: ReportBatch, d: int) -> IntArray:
@@ -111,7 +107,7 @@ def ue_adaptive(mech: Mechanism, n: int, target: Target, rng: np.random.Generato
     neg = np.zeros((n, d), dtype=bool)
     pos[rows[chosen & (signs > 0)], order[chosen & (signs > 0)]] = True
     neg[rows[chosen & (signs < 0)], order[chosen & (signs < 0)]] = True
-    return {"pos": _pack(pos), "neg": _pack(neg)}
+    return {"pos": pack_bits(pos), "neg": pack_bits(neg)}
 
 
 UE_GENERATORS: dict[str, FakeGenerator] = {"m2ga": ue_m2ga, "rma": ue_rma, "adaptive": ue_adaptive}

@@ -69,14 +69,22 @@ class KVData:
                     "is outside [-1, 1] or NaN; normalise values into [-1, 1] before perturbing "
                     "(the producer SDK does this from the collection's value_range)"
                 )
-            rows = np.repeat(np.arange(self.n_users), np.diff(self.indptr))
-            codes = rows * self.d + self.keys
+            codes = self._pair_codes
             if np.any(np.diff(codes) <= 0):
                 bad_pos = int(np.flatnonzero(np.diff(codes) <= 0)[0]) + 1
                 raise InvalidUserData(
                     f"user {self._user_of(bad_pos)} lists key {int(self.keys[bad_pos])} twice "
                     "or out of order (keys must be unique and sorted)"
                 )
+
+    @cached_property
+    def _pair_codes(self) -> IntArray:
+        """user * d + key of every pair: ascending in a valid KVData (what :meth:`lookup`
+        searches, computed once per population)."""
+        rows = np.repeat(np.arange(self.n_users, dtype=np.int64), self.sizes)
+        codes = rows * self.d + self.keys
+        codes.setflags(write=False)
+        return codes
 
     def _user_of(self, pair_index: int) -> int:
         return int(np.searchsorted(self.indptr, pair_index, side="right")) - 1
@@ -150,14 +158,15 @@ class KVData:
         return KVData(self.d, indptr, self.keys[pairs], self.values[pairs])
 
     def chunks(self, max_users: int) -> Iterator[KVData]:
-        """Consecutive row blocks of at most ``max_users`` users (bounds simulator memory)."""
+        """Consecutive row blocks of at most ``max_users`` users (bounds simulator memory); a
+        population that fits in one block is its own block."""
         for start in range(0, self.n_users, max_users):
-            yield self.rows(start, min(start + max_users, self.n_users))
+            stop = min(start + max_users, self.n_users)
+            yield self if (start, stop) == (0, self.n_users) else self.rows(start, stop)
 
     def lookup(self, users: IntArray, keys: IntArray) -> tuple[NDArray[np.bool_], FloatArray]:
         """For each (user, key): whether the user holds the key, and its value (0 if absent)."""
-        rows = np.repeat(np.arange(self.n_users, dtype=np.int64), self.sizes)
-        codes = rows * self.d + self.keys
+        codes = self._pair_codes
         query = users.astype(np.int64) * self.d + keys.astype(np.int64)
         pos = np.searchsorted(codes, query)
         pos_c = np.minimum(pos, max(codes.shape[0] - 1, 0))

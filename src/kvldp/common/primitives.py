@@ -110,37 +110,92 @@ _BIT_BLOCK = 1 << 24
 
 
 def pack_bits(bits: NDArray[np.bool_]) -> NDArray[np.uint8]:
-    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (docs/wire-format.md)."""
-    return np.packbits(bits, axis=1, bitorder="little")
+    """(n, L) booleans -> (n, ceil(L/8)) bytes, bit i in byte i>>3 at position i&7 (docs/wire-format.md).
+
+    The rows are padded to whole bytes and packed as one flat run of bits: on narrow rows
+    several times faster than packing row by row, and never much slower."""
+    n, width = bits.shape
+    nbytes = (width + 7) // 8
+    padded = np.zeros((n, 8 * nbytes), dtype=bool)
+    padded[:, :width] = bits
+    return np.packbits(padded.reshape(-1), bitorder="little").reshape(n, nbytes)
+
+
+#: bits drawn per block by :func:`one_hot_bits` (bounds its temporary memory to ~10 MiB)
+_DRAW_BLOCK_BITS = 1 << 22
+
+
+def one_hot_bits(
+    index: IntArray, nbits: int, p: float, q: float, rng: np.random.Generator
+) -> NDArray[np.uint8]:
+    """Unary encoding's client: packed (n, ceil(nbits / 8)) bits (:func:`pack_bits`'s order)
+    where bit ``index[i]`` of row i is 1 with probability ``p`` and every other bit with
+    probability ``q``, all independently.
+
+    A bit costs one random byte instead of a float64 uniform (about 6x faster over the
+    3^d bits of IOH): it is 1 when its byte is below t = min(floor(256 q), 255), and where
+    the byte equals t (1 in 256) with probability r = 256 q - t, drawn as a uniform. So
+    Pr[1] = t / 256 + r / 256 = q exactly, and bits stay independent. The true bits are
+    then redrawn, one uniform each.
+    """
+    n = index.shape[0]
+    out = np.empty((n, (nbits + 7) // 8), dtype=np.uint8)
+    threshold = min(math.floor(256.0 * q), 255)
+    rest = 256.0 * q - threshold
+    block = max(1, _DRAW_BLOCK_BITS // max(nbits, 1))
+    for start in range(0, n, block):
+        rows = min(block, n - start)
+        words = rng.integers(0, 2**64, size=-(-rows * nbits // 8), dtype=np.uint64)
+        draws = words.view(np.uint8)[: rows * nbits].reshape(rows, nbits)
+        bits = draws < threshold
+        ties = np.flatnonzero(draws == threshold)
+        bits.flat[ties] = rng.random(ties.size) < rest
+        out[start : start + rows] = pack_bits(bits)
+    flat = out.reshape(-1)
+    at = np.arange(n) * out.shape[1] + (index >> 3)
+    mask = np.left_shift(1, index & 7).astype(np.uint8)
+    flat[at] = np.where(rng.random(n) < p, flat[at] | mask, flat[at] & ~mask)
+    return out
 
 
 #: the bits of every byte value, little bit order: (256, 8)
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little").astype(
     np.int64
 )
-#: from this many rows on, per-byte histograms beat unpacking every bit
+#: from this many rows on, per-byte histograms beat unpacking every bit ...
 _HISTOGRAM_ROWS = 1024
+#: ... of rows narrower than this many bytes
+_HISTOGRAM_BYTES = 32
+#: unpacked rows added up in uint8 before a count could overflow
+_UINT8_ROWS = 255
+#: bits unpacked per block (a block stays in cache)
+_UNPACK_BITS = 1 << 21
 
 
 def bit_column_sums(packed: NDArray[np.uint8], nbits: int) -> NDArray[np.int64]:
     """Per-bit counts over the rows of a packed bitset matrix (vectorised).
 
-    Many rows: a 256-bin histogram of each byte column times the bits of each byte
+    Many narrow rows: a 256-bin histogram of each byte column times the bits of each byte
     value — one pass over the bytes instead of unpacking 8 bits each and summing them
-    (about 5x faster at 1e5 rows of 100 bits). Few rows: unpack. Rows are taken in
-    blocks that bound the temporary memory.
+    (about 5x faster at 1e5 rows of 100 bits). Wide rows (IOH's 3^d bits) or few rows:
+    unpack, and add the rows 255 at a time in uint8 before widening to int64 (about 3x
+    faster than int64 sums, and than a histogram per byte column of wide rows). Rows
+    are taken in blocks that bound the temporary memory.
     """
     total = np.zeros(nbits, dtype=np.int64)
     nbytes = max(packed.shape[1], 1)
-    step = max(_HISTOGRAM_ROWS, _BIT_BLOCK // (8 * nbytes))  # a block is at most 2 MiB of bytes
-    for start in range(0, packed.shape[0], step):
-        block = packed[start : start + step]
-        if block.shape[0] >= _HISTOGRAM_ROWS:
-            counts = np.stack(
-                [np.bincount(column, minlength=256) for column in np.ascontiguousarray(block.T)]
-            )
+    if packed.shape[0] >= _HISTOGRAM_ROWS and nbytes < _HISTOGRAM_BYTES:
+        step = _BIT_BLOCK // (8 * nbytes)  # a block is at most 2 MiB of bytes
+        for start in range(0, packed.shape[0], step):
+            block = np.ascontiguousarray(packed[start : start + step].T)
+            counts = np.stack([np.bincount(column, minlength=256) for column in block])
             total += (counts @ _BYTE_BITS).reshape(-1)[:nbits]
-        else:
-            bits = np.unpackbits(block, axis=1, count=nbits, bitorder="little")
-            total += bits.sum(axis=0, dtype=np.int64)
+        return total
+    step = max(1, _UNPACK_BITS // max(nbits, 1) // _UINT8_ROWS) * _UINT8_ROWS
+    for start in range(0, packed.shape[0], step):
+        bits = np.unpackbits(packed[start : start + step], axis=1, count=nbits, bitorder="little")
+        groups = bits.shape[0] // _UINT8_ROWS
+        grouped = bits[: groups * _UINT8_ROWS].reshape(groups, _UINT8_ROWS, nbits)
+        total += grouped.sum(axis=1, dtype=np.uint8).sum(axis=0, dtype=np.int64)
+        total += bits[groups * _UINT8_ROWS :].sum(axis=0, dtype=np.int64)
     return total

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from kvldp.common.collection import Collection
-from kvldp.common.conditional import conditional_truth
+from kvldp.common.conditional import conditional_truths
 from kvldp.common.kvdata import KVData
 from kvldp.sim.datasets import generate
 
@@ -45,8 +45,7 @@ def truth(collection: Collection, users: KVData) -> dict[str, Any]:
     if queries:
         names = list(collection.keys)
         conditional = {}
-        for q in queries:
-            f, m = conditional_truth(users, q)
+        for q, (f, m) in zip(queries, conditional_truths(users, queries), strict=True):
             conditional[q.format(names)] = {
                 "frequency": finite(f),
                 "mean": finite(float(collection.raw_mean(np.array([m]))[0])),

@@ -22,7 +22,7 @@ Its modules, each one layer of that code, and this file their public API:
   mechanism implements, and :func:`answer_queries`, which turns its counts into f(k|C)
   and m(k|C) with delta-method standard errors;
 * :mod:`~kvldp.common.conditional.truth` — :func:`conditional_truth`, the exact
-  non-private answer on a population.
+  non-private answer on a population (:func:`conditional_truths` for many queries).
 """
 
 from kvldp.common.conditional.answer import (
@@ -47,7 +47,7 @@ from kvldp.common.conditional.cells import (
 )
 from kvldp.common.conditional.parse import RESERVED, parse_query
 from kvldp.common.conditional.query import Condition, ConditionalQuery, QuerySets
-from kvldp.common.conditional.truth import conditional_truth
+from kvldp.common.conditional.truth import conditional_truth, conditional_truths
 
 __all__ = [
     "ABSENT",
@@ -66,6 +66,7 @@ __all__ = [
     "QuerySets",
     "answer_queries",
     "conditional_truth",
+    "conditional_truths",
     "expected_joint_counts",
     "joint_index",
     "joint_state_probabilities",

@@ -12,6 +12,7 @@ error of every malformed query, is defined here, in the lowest layer that raises
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -122,11 +123,9 @@ class ProductSet:
         return math.prod(len(states) for states in self.allowed)
 
     def cells(self) -> IntArray:
-        """The base-3 indices of the set's cells, ascending (key 1 is the leading digit)."""
-        index = np.zeros(1, dtype=np.int64)
-        for states in self.allowed:
-            index = (index[:, None] * 3 + np.asarray(states, dtype=np.int64)[None, :]).ravel()
-        return index
+        """The base-3 indices of the set's cells, ascending (key 1 is the leading digit);
+        read-only, computed once per set."""
+        return _cells(self)
 
     def restrict(self, key: int, states: Iterable[int]) -> ProductSet:
         """The same set with key ``key`` limited to ``states``."""
@@ -138,9 +137,23 @@ class ProductSet:
         """The product of per-key intersections, or None when the sets are disjoint."""
         if other.d != self.d:
             raise InvalidQuery(f"product sets over {self.d} and {other.d} keys cannot be intersected")
-        common = tuple(
-            tuple(sorted(set(a) & set(b))) for a, b in zip(self.allowed, other.allowed, strict=True)
-        )
-        if any(not states for states in common):
-            return None
-        return ProductSet(common)
+        return _intersection(self, other)
+
+
+# The answers of one query recur in every estimate of every collection: the set algebra
+# below is computed once per set (or pair of sets), as product sets are immutable.
+@functools.lru_cache(maxsize=4096)
+def _cells(s: ProductSet) -> IntArray:
+    index = np.zeros(1, dtype=np.int64)
+    for states in s.allowed:
+        index = (index[:, None] * 3 + np.asarray(states, dtype=np.int64)[None, :]).ravel()
+    index.setflags(write=False)
+    return index
+
+
+@functools.lru_cache(maxsize=4096)
+def _intersection(a: ProductSet, b: ProductSet) -> ProductSet | None:
+    common = tuple(tuple(sorted(set(x) & set(y))) for x, y in zip(a.allowed, b.allowed, strict=True))
+    if any(not states for states in common):
+        return None
+    return ProductSet(common)

@@ -9,6 +9,7 @@ its answer is :mod:`~kvldp.common.conditional.answer`.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -205,14 +206,8 @@ class ConditionalQuery:
     def sets(self) -> QuerySets:
         """Product sets of F^{a'}_{b'} (a' = alpha v e_k, b' = beta v e_k), S+ and S- (that
         set with T_k = {2}, resp. {0}) and F^alpha_beta (None if C is empty): docs/mechanisms.md,
-        *Counting operators*."""
-        numerator = self.condition.with_present(self.target).product_set()
-        return QuerySets(
-            numerator=numerator,
-            positive=numerator.restrict(self.target, (POS,)),
-            negative=numerator.restrict(self.target, (NEG,)),
-            denominator=None if self.condition.is_empty else self.condition.product_set(),
-        )
+        *Counting operators*. Computed once per query."""
+        return _query_sets(self)
 
     def format(self, names: Sequence[str] | None = None) -> str:
         """``"pepsi | hamburger=1, fries=0"`` (conditions in key order); indices without names."""
@@ -222,3 +217,14 @@ class ConditionalQuery:
         if pairs:
             text += " | " + ", ".join(f"{label[k]}={c}" for k, c in pairs)
         return text
+
+
+@functools.lru_cache(maxsize=4096)
+def _query_sets(query: ConditionalQuery) -> QuerySets:
+    numerator = query.condition.with_present(query.target).product_set()
+    return QuerySets(
+        numerator=numerator,
+        positive=numerator.restrict(query.target, (POS,)),
+        negative=numerator.restrict(query.target, (NEG,)),
+        denominator=None if query.condition.is_empty else query.condition.product_set(),
+    )

@@ -8,6 +8,7 @@ that it can serve as the ground truth the estimated answers are scored against.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -22,15 +23,24 @@ def conditional_truth(users: KVData, query: ConditionalQuery) -> tuple[float, fl
     Computed directly from the users' pairs, independently of any cell machinery, so it
     can serve as ground truth for the conditional metrics (docs/mechanisms.md, *Conditional metrics*).
     """
-    if query.d != users.d:
-        raise InvalidQuery(f"query over {query.d} keys cannot be evaluated on data with d={users.d}")
+    return conditional_truths(users, [query])[0]
+
+
+def conditional_truths(users: KVData, queries: Sequence[ConditionalQuery]) -> list[tuple[float, float]]:
+    """:func:`conditional_truth` of every query, from one dense view of the users' pairs."""
+    for query in queries:
+        if query.d != users.d:
+            raise InvalidQuery(f"query over {query.d} keys cannot be evaluated on data with d={users.d}")
     present, values = users.to_dense()
-    meets = np.ones(users.n_users, dtype=bool)
-    for key, required in query.condition.pairs():
-        meets &= present[:, key] == bool(required)
-    holders = meets & present[:, query.target]
-    n_meets = int(meets.sum())
-    n_holders = int(holders.sum())
-    frequency = n_holders / n_meets if n_meets else math.nan
-    mean = float(values[holders, query.target].mean()) if n_holders else math.nan
-    return frequency, mean
+    out = []
+    for query in queries:
+        meets = np.ones(users.n_users, dtype=bool)
+        for key, required in query.condition.pairs():
+            meets &= present[:, key] == bool(required)
+        holders = meets & present[:, query.target]
+        n_meets = int(meets.sum())
+        n_holders = int(holders.sum())
+        frequency = n_holders / n_meets if n_meets else math.nan
+        mean = float(values[holders, query.target].mean()) if n_holders else math.nan
+        out.append((frequency, mean))
+    return out

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -63,15 +64,13 @@ from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_r
 from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
 from kvldp.common.params import InvalidParameter
 from kvldp.common.plausibility import RefusalRule, set_bits
-from kvldp.common.primitives import FloatArray, bit_column_sums, rr_keep
+from kvldp.common.primitives import FloatArray, bit_column_sums, one_hot_bits, rr_keep
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.simplex import project_simplex
 from kvldp.common.stats import Stats
 
 #: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; docs/mechanisms.md, *IOH*)
 MAX_D = 10
-#: uniforms drawn per client block (32 MiB of float64)
-PERTURB_CHUNK_BITS = 1 << 22
 
 
 class JointStateMechanism(Mechanism):
@@ -104,12 +103,16 @@ class JointStateMechanism(Mechanism):
         """f(k|C) and m(k|C) for one query (build it with :func:`kvldp.common.conditional.parse_query`)."""
         return self.conditional_many(stats, [query], estimator)[0]
 
+    @cached_property
+    def _key_queries(self) -> tuple[ConditionalQuery, ...]:
+        """The unconditional query of every key: the per-key estimates."""
+        return tuple(ConditionalQuery.build(self.d, key) for key in range(self.d))
+
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
         if options:
             raise TypeError(f"estimator {estimator} takes no options, got {sorted(options)}")
-        queries = [ConditionalQuery.build(self.d, key) for key in range(self.d)]
         # the per-key frequency stays raw, as every other mechanism's unbiased frequency
-        answers = answer_queries(self, stats, queries, estimator, clip_frequency=False)
+        answers = answer_queries(self, stats, self._key_queries, estimator, clip_frequency=False)
         frequency = np.array([a.frequency for a in answers])
         mean = np.array([a.mean for a in answers])
         f_bounds = np.array([a.frequency_interval for a in answers]).reshape(-1, 2)
@@ -187,18 +190,7 @@ class IOH(JointStateMechanism):
 
     def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
         index = joint_index(joint_states(users, rng))
-        n = users.n_users
-        out = np.empty((n, self.fields()[0].nbytes), dtype=np.uint8)
-        block = max(1, PERTURB_CHUNK_BITS // self.n_cells)
-        for start in range(0, n, block):
-            stop = min(n, start + block)
-            rows = np.arange(stop - start)
-            # one uniform per bit: a bit is reported 1 below p at the true index, below q elsewhere
-            u = rng.random((stop - start, self.n_cells))
-            bits = u < self.q
-            bits[rows, index[start:stop]] = u[rows, index[start:stop]] < self.p
-            out[start:stop] = np.packbits(bits, axis=1, bitorder="little")
-        return {"a": out}
+        return {"a": one_hot_bits(index, self.n_cells, self.p, self.q, rng)}
 
     # --------------------------------------------------------------- statistics
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:

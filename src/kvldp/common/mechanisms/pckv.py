@@ -61,7 +61,7 @@ from kvldp.common.mechanisms.unary_plausibility import PCKVAccepted, pckv_ue_rul
 from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
 from kvldp.common.params import InvalidParameter, Param
 from kvldp.common.plausibility import RefusalRule, set_bits
-from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip
+from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip, pack_bits
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.stats import Stats
 
@@ -341,8 +341,8 @@ class PCKVUE(PCKV):
             k = keys[start + r]
             pos_bits[r, k] = y[start + r] > 0
             neg_bits[r, k] = y[start + r] < 0
-            pos[start : start + rows] = np.packbits(pos_bits, axis=1, bitorder="little")
-            neg[start : start + rows] = np.packbits(neg_bits, axis=1, bitorder="little")
+            pos[start : start + rows] = pack_bits(pos_bits)
+            neg[start : start + rows] = pack_bits(neg_bits)
         return {"pos": pos, "neg": neg}
 
     def fold_arrays(self, arrays: dict[str, IntArray], batch: ReportBatch) -> None:

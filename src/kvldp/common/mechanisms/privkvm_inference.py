@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -49,11 +50,16 @@ class Basis:
 class PrivKVMInference(PrivKVMRounds):
     """The unbiased statistics of a PrivKVM configuration and their covariance."""
 
+    @cached_property
+    def _round1_inverse(self) -> FloatArray:
+        """The transposed inverse of round 1's transition (the fake mean is 0 in round 1)."""
+        return np.asarray(np.linalg.inv(lpp_transition(float(self.p1[0]), self.p2)).T, dtype=np.float64)
+
     def _round1_states(self, counts: FloatArray) -> FloatArray:
         m = counts[0].sum(axis=1, keepdims=True)
         with np.errstate(divide="ignore", invalid="ignore"):
             pi = np.where(m > 0, counts[0] / m, np.nan)
-        return np.asarray(pi @ np.linalg.inv(lpp_transition(float(self.p1[0]), self.p2)).T, dtype=np.float64)
+        return np.asarray(pi @ self._round1_inverse, dtype=np.float64)
 
     def _frequency(self, counts: FloatArray) -> FloatArray:
         theta = self._round1_states(counts)
@@ -78,14 +84,12 @@ class PrivKVMInference(PrivKVMRounds):
     def _numerator(self, counts: FloatArray, published: FloatArray, weights: FloatArray) -> FloatArray:
         """N = sum_r weights_r N_r (NaN for a key without weight)."""
         f = self._frequency(counts)
-        total = np.zeros(counts.shape[1])
-        for r in range(self.rounds):
-            m = counts[r].sum(axis=1)
-            p1 = float(self.p1[r])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                diff = (counts[r, :, POS] - counts[r, :, NEG]) / m
-                n_r = (diff / (2 * self.p2 - 1) - (1 - p1) * (1 - f) * published[r]) / p1
-            total += np.where(weights[r] > 0, weights[r] * n_r, 0.0)
+        m = counts.sum(axis=2)
+        p1 = self.p1[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            diff = (counts[:, :, POS] - counts[:, :, NEG]) / m
+            n_r = (diff / (2 * self.p2 - 1) - (1 - p1) * (1 - f) * published[: self.rounds]) / p1
+        total = np.where(weights > 0, weights * n_r, 0.0).sum(axis=0)
         return np.where(weights.sum(axis=0) > 0, total, np.nan)
 
     def _ratio_mean(self, counts: FloatArray) -> FloatArray:

@@ -28,11 +28,8 @@ from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_varia
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_rule
 from kvldp.common.plausibility import RefusalRule, set_bits
-from kvldp.common.primitives import FloatArray, bit_column_sums, pack_bits
+from kvldp.common.primitives import FloatArray, bit_column_sums, one_hot_bits
 from kvldp.common.schema import Field, ReportBatch
-
-#: users perturbed per block (bounds the (users, D) random matrix)
-_ROWS_PER_BLOCK_BITS = 1 << 24
 
 
 class UnaryEncoding(ItemOracle):
@@ -75,16 +72,7 @@ class UnaryEncoding(ItemOracle):
         return (Field("bits", "bits", 0, self.domain),)
 
     def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
-        n = items.shape[0]
-        out = np.empty((n, (self.domain + 7) // 8), dtype=np.uint8)
-        rows = max(1, _ROWS_PER_BLOCK_BITS // self.domain)
-        cols = np.arange(self.domain)
-        for start in range(0, n, rows):
-            block = items[start : start + rows]
-            onehot = block[:, None] == cols[None, :]
-            bits = rng.random((block.shape[0], self.domain)) < np.where(onehot, self.p, self.q)
-            out[start : start + rows] = pack_bits(bits)
-        return {"bits": out}
+        return {"bits": one_hot_bits(items, self.domain, self.p, self.q, rng)}
 
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
         return {"ones": (self.domain,)}
