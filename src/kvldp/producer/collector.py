@@ -34,7 +34,8 @@ A collection with a ``[privacy]`` table makes every device follow the spending r
 :mod:`kvldp.common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
 ``report_period``), with the device's own state in a file (``state_path``, see
 :mod:`kvldp.producer.device_state`) or in memory, and one in-memory state per other device id a
-gateway or simulator reports for. Memoized and period-limited reports go out one per
+gateway or simulator reports for. A state file may be shared by several processes: each change is made under the file's lock, to
+what the file holds. Memoized and period-limited reports go out one per
 message, keyed by their device id, because the aggregator tells devices apart by the Kafka
 key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
 come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
@@ -96,6 +97,7 @@ from kvldp.producer.device_state import (
     period_of,
     tracks_privacy,
 )
+from kvldp.producer.file_lock import LOCK_TIMEOUT_S
 from kvldp.producer.gateway_client import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, GatewayTransport, reports_url
 from kvldp.producer.pairs import device_key, users_from_pairs
 from kvldp.producer.retry_policy import RetryPolicy
@@ -133,7 +135,10 @@ class Collector:
     for live in memory only, for the life of this collector; where the aggregator limits
     reports per device, the first of them logs a warning that reports sent again for them
     after a restart may be refused. ``warn_unsaved=False`` silences both warnings (a
-    simulation against topics nobody else wrote to). ``clock`` (a callable returning
+    simulation against topics nobody else wrote to). Processes may share a state file:
+    every change waits for the file's lock, at most
+    ``state_lock_timeout`` seconds (then
+    :class:`~kvldp.producer.file_lock.LockTimeout`, nothing sent or spent). ``clock`` (a callable returning
     seconds since the epoch, default :func:`time.time`) gives report times, and so the
     ``report_period`` a report falls in: a test or a simulation passes its own to step
     through periods without waiting.
@@ -182,6 +187,7 @@ class Collector:
         request_timeout: float = REQUEST_TIMEOUT_S,
         allow_http: bool = False,
         warn_unsaved: bool = True,
+        state_lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> None:
         if acks not in ACKS:
             raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
@@ -224,10 +230,7 @@ class Collector:
         if state_path is None:
             self.state = DeviceState.new(self.collection, device_id)
         else:
-            self.state = DeviceState.open(state_path, self.collection, device_id)
-            if device_id and device_id != self.state.device_id:
-                self.state.device_id = device_id
-                self.state.save()
+            self.state = DeviceState.open(state_path, self.collection, device_id, state_lock_timeout)
         self.device_id = self.state.device_id
         #: whether this device's id came from the caller (sent to the gateway as the claimed device)
         self._id_given = device_id is not None
@@ -355,7 +358,10 @@ class Collector:
         )
 
     def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
+        """The state of ``device_id`` (default this device's), read again from its file, if
+        there is one."""
         if device_id is None or device_key(device_id) == device_key(self.device_id):
+            self.state.refresh()
             return self.state
         return self.fleet.states.get(device_key(device_id))
 
@@ -627,8 +633,7 @@ class Collector:
         own = device_key(self.device_id)
         mine = sum(1 for device in device_ids if device_key(device) == own)
         if mine:
-            self.state.charged += mine
-            self.state.save()
+            self.state.charge(mine)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

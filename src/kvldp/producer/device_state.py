@@ -23,6 +23,20 @@ a spend in the file *before* the report is handed to Kafka: a crash may lose a r
 never a spend. A file that is corrupt, of another format, or of another collection (or
 digest) raises :class:`InvalidDeviceState` naming the file, and is left untouched.
 
+One file may be shared by several processes of a device (an app and its background
+service, a restarted process while the old one still runs), and the rule holds across
+them as it holds in one: every read-modify-write of the file (:meth:`DeviceState.locked`,
+and every rule method) holds the file's exclusive lock (:mod:`kvldp.producer.file_lock`),
+reads the file again, applies the rule to what is on disk, writes and only then lets the
+next process in. Otherwise two processes would each decide from their own copy and each
+send (two reports in one period, a cap passed twice over), and the last write would
+forget the other's spend. The file and its secret are created exactly once
+(:func:`kvldp.common.atomic_file.create_once`, under the lock): processes starting together
+all read the one secret, so a memoized state has one payload whoever sends it. A process
+waits for the lock at most ``lock_timeout`` seconds
+(:class:`~kvldp.producer.file_lock.LockTimeout`, nothing spent); a file system that cannot
+lock, or grants locks it does not enforce, is refused (:class:`InvalidDeviceState`).
+
 Without a path the state lives in memory only (gateways and simulators: one state per
 device id, in a :class:`Fleet`).
 """
@@ -30,15 +44,18 @@ device id, in a :class:`Fleet`).
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgpack
 
-from kvldp.common.atomic_file import write_atomically
+from kvldp.common.atomic_file import create_once, write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
@@ -47,6 +64,7 @@ from kvldp.common.path_checks import UnusablePath, writable_file
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
 from kvldp.common.schema import Report
+from kvldp.producer.file_lock import LOCK_TIMEOUT_S, CannotLock, FileLock
 
 FORMAT = "kvldp-device-state"
 VERSION = 3
@@ -59,11 +77,16 @@ _FIELDS = {
     2: _V1_FIELDS | {"rounds"},
     3: _V1_FIELDS | {"rounds", "budget_window", "budget_used"},
 }
+#: what a state file holds of a device, besides its format and collection
+_KEPT = ("device_id", "secret", "charged", "last_period", "memo", "rounds", "budget_window", "budget_used")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class InvalidDeviceState(KvldpError):
     """A device state file cannot be used (corrupt, another format, another collection,
-    or not writable)."""
+    not writable, or on a file system that cannot lock it)."""
 
 
 class ReportStatus(enum.Enum):
@@ -118,6 +141,35 @@ def period_of(collection: Collection, ts_ms: int) -> int | None:
     return None if period_s is None else ts_ms // (period_s * 1000)
 
 
+def _exclusive(
+    method: Callable[Concatenate[DeviceState, P], R],
+) -> Callable[Concatenate[DeviceState, P], R]:
+    """A rule method applied to what the state file holds, under its lock
+    (:meth:`DeviceState.locked`)."""
+
+    @functools.wraps(method)
+    def under_lock(state: DeviceState, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with state.locked():
+            return method(state, *args, **kwargs)
+
+    return under_lock
+
+
+@contextmanager
+def _holding(path: Path, timeout: float, verify: bool = False) -> Iterator[None]:
+    """Hold the lock of the state file ``path`` (:class:`~kvldp.producer.file_lock.FileLock`);
+    a file system that cannot keep it is an :class:`InvalidDeviceState`."""
+    lock = FileLock(path, f"device state {path}")
+    try:
+        lock.acquire(timeout, verify)
+    except CannotLock as exc:
+        raise InvalidDeviceState(str(exc)) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 @dataclass
 class DeviceState:
     """One device's secret, memo table and ledger for one collection."""
@@ -135,12 +187,18 @@ class DeviceState:
     budget_window: int | None = None
     budget_used: int = 0
     path: Path | None = None
+    #: seconds an operation on the file waits for another process holding its lock
+    lock_timeout: float = field(default=LOCK_TIMEOUT_S, repr=False, compare=False)
     #: the rounding offsets, derived from the secret once per device (never written)
     _alpha: FloatArray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(
-        cls, collection: Collection, device_id: str | None = None, path: Path | None = None
+        cls,
+        collection: Collection,
+        device_id: str | None = None,
+        path: Path | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> DeviceState:
         """A fresh state with a new secret (not yet written)."""
         return cls(
@@ -149,39 +207,41 @@ class DeviceState:
             device_id=device_id or uuid.uuid4().hex,
             secret=new_secret(),
             path=path,
+            lock_timeout=lock_timeout,
         )
 
     @classmethod
-    def open(cls, path: str | Path, collection: Collection, device_id: str | None = None) -> DeviceState:
-        """Load the state at ``path``, or create (and write) a new one if there is no file;
-        a path where the state could not be kept is refused first."""
+    def open(
+        cls,
+        path: str | Path,
+        collection: Collection,
+        device_id: str | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> DeviceState:
+        """The state at ``path``, created with a new secret if there is no file: exactly
+        once, however many processes open it at the same moment (they all get the first
+        one's). ``device_id``, when given, is the state's id (written if the file held
+        another). A path where the state could not be kept is refused first, and so is a
+        file system whose locks do not hold; another process holding the lock for longer
+        than ``lock_timeout`` seconds raises :class:`~kvldp.producer.file_lock.LockTimeout`."""
         try:
             path = writable_file(path, "device state")
         except UnusablePath as exc:
             raise InvalidDeviceState(str(exc)) from None
-        if path.exists():
-            return cls.load(path, collection)
-        state = cls.new(collection, device_id, path)
-        state.save()
+        state = cls.new(collection, device_id, path, lock_timeout)
+        with _holding(path, lock_timeout, verify=True):
+            if path.exists() or not state._create():
+                state.refresh()
+                if device_id and device_id != state.device_id:
+                    state.device_id = device_id
+                    state.save()
         return state
 
     @classmethod
     def load(cls, path: Path, collection: Collection) -> DeviceState:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InvalidDeviceState(f"device state {path}: cannot read it ({exc.strerror})") from None
-        try:
-            obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
-        except Exception:
-            raise InvalidDeviceState(f"device state {path}: not a kvldp device state (undecodable)") from None
-        state = _from_obj(obj, path)
-        if state.collection != collection.name or state.digest != collection.digest:
-            raise InvalidDeviceState(
-                f"device state {path} belongs to collection {state.collection!r} "
-                f"(digest {state.digest:08x}), not {collection.name!r} (digest {collection.digest:08x})"
-            )
-        return state
+        """The state in the file ``path``, read without its lock (a write replaces the file
+        whole, so a read sees one whole state)."""
+        return _read(path, collection.name, collection.digest)
 
     def to_bytes(self) -> bytes:
         obj = {
@@ -189,23 +249,46 @@ class DeviceState:
             "version": VERSION,
             "collection": self.collection,
             "digest": self.digest,
-            "device_id": self.device_id,
-            "secret": self.secret,
-            "charged": self.charged,
-            "last_period": self.last_period,
-            "memo": self.memo,
-            "rounds": self.rounds,
-            "budget_window": self.budget_window,
-            "budget_used": self.budget_used,
+            **{name: getattr(self, name) for name in _KEPT},
         }
         return bytes(msgpack.packb(obj, use_bin_type=True))
 
-    def save(self) -> None:
-        """Write the state atomically (nothing to do for an in-memory state)."""
+    def refresh(self) -> None:
+        """Read the file again: what every process sharing it spent so far (nothing to do
+        for an in-memory state)."""
         if self.path is None:
             return
+        on_disk = _read(self.path, self.collection, self.digest)
+        if on_disk.secret != self.secret:
+            self._alpha = None
+        for name in _KEPT:
+            setattr(self, name, getattr(on_disk, name))
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the file's lock for a read-modify-write, the state read again first (another
+        process may have changed it); the body saves what it changes. An in-memory state
+        has nothing to hold."""
+        if self.path is None:
+            yield
+            return
+        with _holding(self.path, self.lock_timeout):
+            self.refresh()
+            yield
+
+    def save(self) -> None:
+        """Write the state atomically (nothing to do for an in-memory state)."""
+        if self.path is not None:
+            self._write(write_atomically)
+
+    def _create(self) -> bool:
+        """Write the file if nothing holds its name yet; whether this call created it."""
+        return self._write(create_once)
+
+    def _write(self, how: Callable[[Path, bytes, int], R]) -> R:
+        assert self.path is not None
         try:
-            write_atomically(self.path, self.to_bytes(), mode=0o600)  # 0600: the file holds the secret
+            return how(self.path, self.to_bytes(), 0o600)  # 0600: the file holds the secret
         except OSError as exc:
             raise InvalidDeviceState(f"device state {self.path}: cannot write it ({exc.strerror})") from None
 
@@ -239,6 +322,7 @@ class DeviceState:
             self.budget_window, self.budget_used = window, 0
         self.budget_used += 1
 
+    @_exclusive
     def memoized(
         self,
         collection: Collection,
@@ -277,6 +361,7 @@ class DeviceState:
         self.save()
         return ReportStatus.SENT, report
 
+    @_exclusive
     def round_report(self, collection: Collection, round_index: int) -> ReportStatus:
         """Apply the rule to a report in round ``round_index`` of an interactive collection:
         SENT means the round's epsilon is written as spent and the caller may perturb and
@@ -292,6 +377,7 @@ class DeviceState:
         self.save()
         return ReportStatus.SENT
 
+    @_exclusive
     def fresh(self, collection: Collection, period: int | None, window: int | None = None) -> ReportStatus:
         """Apply the rule to a report perturbed afresh (no memoization) at report period
         ``period`` and budget window ``window``: SENT means the spend is written and the
@@ -307,6 +393,32 @@ class DeviceState:
         self._count_sent(window)
         self.save()
         return ReportStatus.SENT
+
+    @_exclusive
+    def charge(self, reports: int) -> None:
+        """Count ``reports`` reports sent without a rule to apply (a collection without a
+        ``[privacy]`` table): each still costs epsilon."""
+        self.charged += reports
+        self.save()
+
+
+def _read(path: Path, collection: str, digest: int) -> DeviceState:
+    """The state in the file ``path``, which must belong to ``collection`` at ``digest``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidDeviceState(f"device state {path}: cannot read it ({exc.strerror})") from None
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:
+        raise InvalidDeviceState(f"device state {path}: not a kvldp device state (undecodable)") from None
+    state = _from_obj(obj, path)
+    if state.collection != collection or state.digest != digest:
+        raise InvalidDeviceState(
+            f"device state {path} belongs to collection {state.collection!r} "
+            f"(digest {state.digest:08x}), not {collection!r} (digest {digest:08x})"
+        )
+    return state
 
 
 def _from_obj(obj: Any, path: Path) -> DeviceState:
