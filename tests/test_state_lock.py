@@ -229,3 +229,64 @@ def test_a_platform_without_flock_refuses_a_state_file(
     in_memory = Collector(collection({"memoize": True}), "unused:9092", producer=FakeProducer())  # type: ignore[arg-type]
     assert asyncio.run(in_memory.report({"a": 1.0})) is ReportStatus.SENT
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fleet_directory_keeps_one_locked_file_per_device(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gateway's (or kvldp produce's) devices with ``state_dir``: one state file each,
+    named for the collection and a digest of the id (any id makes a safe name), the id
+    inside; a second collector on the directory sees what the first spent."""
+    c = parse_collection(
+        {
+            "name": "tills",
+            "mechanism": "pckv_grr",
+            "epsilon": 1.5,
+            "keys": ["a", "b"],
+            "value_range": [0.0, 10.0],
+            # the aggregator takes one report per device and period: in memory, a warning
+            "privacy": {"memoize": True, "report_period": "1h"},
+        }
+    )
+    ids = ["till-1", "../../etc/passwd", "a/b", "ü" * 300, ".lock", "x\x00y"]
+    directory = tmp_path / "states" / "deeper"  # created if missing
+
+    def gateway() -> tuple[Collector, FakeProducer]:
+        fake = FakeProducer()
+        collector = Collector(
+            c,
+            "unused:9092",
+            producer=fake,  # type: ignore[arg-type]
+            clock=lambda: NOW,
+            state_dir=directory,
+        )
+        return collector, fake
+
+    with caplog.at_level("WARNING", logger="kvldp.producer"):
+        (first, first_sent), (second, second_sent) = gateway(), gateway()
+        summary = asyncio.run(first.report_many([{"a": 1.0}] * len(ids), ids))
+        assert summary.sent == len(ids) and len(first_sent.sent) == len(ids)
+        again = asyncio.run(second.report_many([{"a": 1.0}] * len(ids), ids))
+        assert again.skipped_period == len(ids) and second_sent.sent == []
+    assert not caplog.records  # nothing is kept in memory only: no warning
+    files = sorted(p.name for p in directory.iterdir())
+    assert len(files) == 2 * len(ids)
+    names = [f for f in files if not f.endswith(".lock")]
+    assert all(
+        f.startswith("tills.") and f.endswith(".state") and len(f) == len("tills.") + 64 + 6 for f in names
+    )
+    stored = {DeviceState.load(directory / f, c).device_id for f in names}
+    assert stored == set(ids)
+    for device in ids:  # what the first spent, read from the files by a collector that never sent
+        assert second.privacy_spent(device) == pytest.approx(c.epsilon)
+        assert gateway()[0].privacy_spent(device) == pytest.approx(c.epsilon)
+    assert gateway()[0].privacy_spent("never-seen") == 0.0
+    assert not (directory / f"tills.{'0' * 64}.state").exists()
+
+
+def test_an_unusable_fleet_directory_is_refused_up_front(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(InvalidDeviceState) as refused:
+        Collector(collection({"memoize": True}), "unused:9092", state_dir=a_file)
+    assert str(refused.value) == f"device state directory {a_file}: is not a directory"

@@ -37,14 +37,16 @@ waits for the lock at most ``lock_timeout`` seconds
 (:class:`~kvldp.producer.file_lock.LockTimeout`, nothing spent); a file system that cannot
 lock, or grants locks it does not enforce, is refused (:class:`InvalidDeviceState`).
 
-Without a path the state lives in memory only (gateways and simulators: one state per
-device id, in a :class:`Fleet`).
+Without a path the state lives in memory only. A gateway or simulator keeps one state per
+device id it reports for in a :class:`Fleet`: in memory, or one file per device in a
+directory, each shared and locked the same way.
 """
 
 from __future__ import annotations
 
 import enum
 import functools
+import hashlib
 import math
 import uuid
 from collections.abc import Callable, Iterator
@@ -60,7 +62,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
-from kvldp.common.path_checks import UnusablePath, writable_file
+from kvldp.common.path_checks import UnusablePath, writable_directory, writable_file
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
 from kvldp.common.schema import Report
@@ -508,14 +510,58 @@ class FleetSummary:
 
 
 class Fleet:
-    """In-memory device states by device id (the Kafka key), each with its own secret."""
+    """Device states by device id (the Kafka key), each with its own secret: in memory, or
+    with a ``directory`` one state file per device there (:meth:`path_of`), shared and
+    locked like any state file, so that processes reporting for the same devices keep one
+    account per device (the directory is created if missing)."""
 
-    def __init__(self, collection: Collection) -> None:
+    def __init__(
+        self,
+        collection: Collection,
+        directory: str | Path | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> None:
         self.collection = collection
+        self.directory = None if directory is None else _state_directory(directory)
+        self.lock_timeout = lock_timeout
+        #: the states used so far, by key
         self.states: dict[bytes, DeviceState] = {}
 
+    def path_of(self, key: bytes) -> Path | None:
+        """The state file of the device ``key`` (None in memory): named for the collection
+        and the SHA-256 of the key, safe whatever the id holds; the id is in the file."""
+        if self.directory is None:
+            return None
+        return self.directory / f"{self.collection.name}.{hashlib.sha256(key).hexdigest()}.state"
+
     def state(self, key: bytes) -> DeviceState:
+        """The state of device ``key``, opened (or created) on first use."""
         found = self.states.get(key)
         if found is None:
-            found = self.states[key] = DeviceState.new(self.collection, key.decode(errors="replace"))
+            device_id, path = key.decode(errors="replace"), self.path_of(key)
+            found = self.states[key] = (
+                DeviceState.new(self.collection, device_id)
+                if path is None
+                else DeviceState.open(path, self.collection, device_id, self.lock_timeout)
+            )
         return found
+
+    def known(self, key: bytes) -> DeviceState | None:
+        """The state of device ``key``, read again from its file, if this fleet used it or
+        its file exists (another process made it); else None."""
+        found = self.states.get(key)
+        if found is not None:
+            found.refresh()
+            return found
+        path = self.path_of(key)
+        return self.state(key) if path is not None and path.exists() else None
+
+
+def _state_directory(directory: str | Path) -> Path:
+    """``directory``, created if missing, if state files can be kept in it."""
+    try:
+        path = writable_directory(directory, "device state directory")
+    except UnusablePath as exc:
+        raise InvalidDeviceState(str(exc)) from None
+    path.mkdir(parents=True, exist_ok=True)
+    return path
