@@ -98,10 +98,12 @@ class ReportStatus(enum.Enum):
     SENT = "sent"
     #: the stored payload of an already reported state was sent again; it cost nothing
     RESENT = "resent"
-    #: not sent: the device already reported in this ``report_period``
+    #: not sent: the device already reported in this ``report_period``, or in a later one (a
+    #: process sharing the state file with a later clock, or a clock set back)
     SKIPPED_PERIOD = "skipped_period"
     #: not sent, nothing spent: the device already sent ``aggregate.max_reports_per_device``
-    #: reports in this ``budget_window``, and the aggregator would refuse it (``budget_exceeded``)
+    #: reports in this ``budget_window``, and the aggregator would refuse it (``budget_exceeded``);
+    #: or its count moved on to a later window, so this one's count is not known
     SKIPPED_BUDGET = "skipped_budget"
     #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
     #: :class:`kvldp.common.privacy.PrivacyBudgetExhausted` instead of returning this)
@@ -307,13 +309,23 @@ class DeviceState:
         cap = collection.privacy.lifetime_epsilon
         return math.inf if cap is None else max(0.0, cap - self.spent(collection))
 
+    def _reported_since(self, period: int | None) -> bool:
+        """Whether the device reported in report period ``period`` or a later one (None: no
+        ``report_period``). A later one happens when another process sharing the file took
+        the lock first with a later clock, or when the clock was set back; refusing it too
+        keeps the periods of the reports sent strictly increasing, so never two in one."""
+        return period is not None and self.last_period is not None and period <= self.last_period
+
     def _over_budget(self, collection: Collection, window: int | None) -> bool:
-        """Whether the aggregator would refuse one more report in budget window ``window``
-        (None: the device mirrors no budget)."""
+        """Whether the aggregator may refuse one more report in budget window ``window``
+        (None: the device mirrors no budget): the window is full, or earlier than the one
+        counted (another process, or a clock set back, moved the count on)."""
+        if window is None or self.budget_window is None:
+            return False
+        if window < self.budget_window:
+            return True
         return (
-            window is not None
-            and window == self.budget_window
-            and self.budget_used >= collection.aggregate.max_reports_per_device
+            window == self.budget_window and self.budget_used >= collection.aggregate.max_reports_per_device
         )
 
     def _count_sent(self, window: int | None) -> None:
@@ -337,7 +349,7 @@ class DeviceState:
         at report period ``period`` and budget window ``window`` (:func:`budget_window_of`);
         returns the status and the payload to send (None when nothing is sent). A spend is
         written before this returns."""
-        if period is not None and period == self.last_period:
+        if self._reported_since(period):
             return ReportStatus.SKIPPED_PERIOD, None
         if self._over_budget(collection, window):
             return ReportStatus.SKIPPED_BUDGET, None
@@ -384,7 +396,7 @@ class DeviceState:
         """Apply the rule to a report perturbed afresh (no memoization) at report period
         ``period`` and budget window ``window``: SENT means the spend is written and the
         caller may perturb and send."""
-        if period is not None and period == self.last_period:
+        if self._reported_since(period):
             return ReportStatus.SKIPPED_PERIOD
         if self._over_budget(collection, window):
             return ReportStatus.SKIPPED_BUDGET
