@@ -14,6 +14,10 @@ kinds of race, in turn:
 * **memoized re-sends**: everyone reports the same pairs twice; one report is new, every
   other is a re-send, and all of them carry the byte-identical payload the file stores.
 
+And the same through the command line: two ``kvldp produce --state-dir`` runs at once over
+the same simulated devices send one report per device between them, and the aggregator
+refuses none.
+
 The 1,000 races run in a directory in memory (tmpfs, ``/dev/shm``) where there is one: the
 lock works there as on a disk, and a write's fsync costs nothing, which halves the test's
 time on a loaded disk. Run so, they still catch what they look for (measured by breaking
@@ -26,9 +30,14 @@ every write waits for fsync.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
+import re
+import subprocess
+import sys
 import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,8 +46,11 @@ from typing import Any
 import msgpack
 import pytest
 
+from kvldp.broker.tansu import EmbeddedBroker
+from kvldp.common.collection_file import load_collection
 from kvldp.producer.device_state import DeviceState, period_of
 
+from support import record_and_fold
 from support.state_races import HOUR, NOW, RACES, Racers, collection
 
 WORKERS = 8
@@ -131,3 +143,44 @@ def test_processes_racing_on_one_state_file_keep_the_rule(in_memory: Path) -> No
 @pytest.mark.full
 def test_ten_thousand_races_on_the_disk(tmp_path: Path) -> None:
     assert sum(run_races(tmp_path, 10_000).values()) == 10_000
+
+
+def test_two_produce_runs_at_once_share_the_devices_states(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """Both runs report for the same 300 simulated devices in one report_period (a century
+    long, so that no period boundary falls between them), their states in one directory:
+    each device reports once between the two, whichever run took its lock first."""
+    users = 300
+    toml = tmp_path / "c.toml"
+    toml.write_text(
+        f'name = "shared-{uuid.uuid4().hex[:8]}"\nmechanism = "pckv_ue"\nepsilon = 1.0\nkey_count = 6\n'
+        'value_range = [-1.0, 1.0]\n[privacy]\nmemoize = true\nreport_period = "36500d"\n'
+    )
+    states = tmp_path / "states"
+    bootstrap = ["--bootstrap-servers", broker.bootstrap_servers]
+    argv = [sys.executable, "-P", "-m", "kvldp", "produce", "--collection", str(toml), "--simulate"]
+    argv += ["gaussian", "--users", str(users), "--seed", "1", "--state-dir", str(states), *bootstrap]
+    with contextlib.ExitStack() as stack:
+        runs = [
+            stack.enter_context(
+                subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            )
+            for _ in range(2)
+        ]
+        try:
+            said = [run.communicate(timeout=120)[1] for run in runs]
+        finally:
+            for run in runs:  # one that did not finish in time (nothing to do for the others)
+                run.kill()
+    assert [run.returncode for run in runs] == [0, 0], said
+    published = [int(re.findall(r"^published (\d+) reports", err, re.MULTILINE)[-1]) for err in said]
+    skipped = [
+        sum(int(n) for n in re.findall(r"(\d+) not sent, nothing spent: their device already", err))
+        for err in said
+    ]
+    assert sum(published) == users and sum(skipped) == users, said
+    c = load_collection(toml)
+    files = sorted(states.glob("*.state"))
+    assert len(files) == users and len(list(states.glob("*.state.lock"))) == users
+    assert all(DeviceState.load(path, c).charged == 1 for path in files)
+    folded = record_and_fold(toml, tmp_path / "shared.rec", *bootstrap)
+    assert folded["reports_total"] == users and folded["rejected"] == {}
