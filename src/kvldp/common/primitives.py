@@ -139,6 +139,8 @@ def one_hot_bits(
     then redrawn, one uniform each.
     """
     n = index.shape[0]
+    if n and (int(index.min()) < 0 or int(index.max()) >= nbits):
+        raise ValueError(f"one_hot_bits: a true bit's index lies outside 0..{nbits - 1}")
     out = np.empty((n, (nbits + 7) // 8), dtype=np.uint8)
     threshold = min(math.floor(256.0 * q), 255)
     rest = 256.0 * q - threshold
