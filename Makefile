@@ -112,7 +112,7 @@ maven:
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq maven >/dev/null; }
 
-test: prometheus stunnel java lint typecheck unit
+test: prometheus stunnel java kafka lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
