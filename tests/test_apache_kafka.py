@@ -20,8 +20,9 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from kvldp.broker import apache_kafka as apache_kafka_module
 from kvldp.broker.apache_kafka import ApacheKafka
-from kvldp.broker.child_process import HOST, BrokerError, listening_ports
+from kvldp.broker.child_process import HOST, BrokerError, free_port, listening_ports
 from kvldp.broker.kafka_install import KAFKA_VERSION, LIBS_ENV, MAIN_JAR
 from kvldp.cli import main
 
@@ -118,6 +119,32 @@ async def test_a_node_restarts_on_its_ports_and_storage_after_a_crash(apache_kaf
     assert apache_kafka.pids[1] != first and apache_kafka.alive()
     await produce(apache_kafka.bootstrap_servers, "kvldp.test.restart", b"after")
     assert await consume_all(apache_kafka.bootstrap_servers, "kvldp.test.restart", 2) == [b"before", b"after"]
+
+
+def test_a_port_another_process_takes_first_is_traded_for_a_free_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first free port chosen turns out held by another process when node 1 binds it:
+    the cluster is formatted again on fresh ports, and nobody ever connects to that process."""
+    with socket.create_server((HOST, 0)) as foreign:
+        foreign.setblocking(False)
+        taken = foreign.getsockname()[1]
+        chosen: list[int] = []
+
+        def choose(host: str = HOST) -> int:
+            chosen.append(taken if not chosen else free_port(host))
+            return chosen[-1]
+
+        monkeypatch.setattr(apache_kafka_module, "free_port", choose)
+        with ApacheKafka(1) as cluster:
+            assert chosen[0] == taken and taken not in (
+                cluster.nodes[1].port,
+                cluster.nodes[1].controller_port,
+            )
+            assert listening_ports(cluster.pids[1]) == {
+                cluster.nodes[1].port,
+                cluster.nodes[1].controller_port,
+            }
+        with pytest.raises(BlockingIOError):
+            foreign.accept()
 
 
 # ------------------------------------------------------------------ kvldp broker --apache
