@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS ?= dev,broker,plots
 
-.PHONY: demo test lint typecheck unit venv clean prometheus stunnel java bench-deps evaluate dashboard
+.PHONY: demo test lint typecheck unit venv clean prometheus stunnel java maven kafka kafka-lock bench-deps evaluate dashboard
 
 EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf
 
@@ -76,7 +76,43 @@ java:
 	  $$sudo mkdir -p /usr/share/man/man1 && $$sudo apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq default-jre-headless >/dev/null; }
 
-test: prometheus stunnel java lint typecheck unit
+# Apache Kafka for `kvldp broker --apache` (README, "Apache Kafka on one machine"): the jars of the version
+# deploy/apache-kafka/pom.xml pins, from Maven Central through Maven (its local repository
+# kept in .cache/kafka too), checked against the SHA-256 of every jar in
+# deploy/apache-kafka/libs.sha256; a fetched, checked version is not fetched again
+KAFKA_POM     := deploy/apache-kafka/pom.xml
+KAFKA_LOCK    := deploy/apache-kafka/libs.sha256
+KAFKA_VERSION := $(shell sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' $(KAFKA_POM))
+KAFKA_CACHE   := .cache/kafka
+KAFKA_LIBS    := $(KAFKA_CACHE)/$(KAFKA_VERSION)/libs
+MVN_FETCH      = mvn -q -B -Dstyle.color=never -f $(KAFKA_POM) -Dmaven.repo.local=$(abspath $(KAFKA_CACHE))/maven-repository \
+                 dependency:copy-dependencies -DincludeScope=runtime -Dmdep.prependGroupId=true
+
+$(KAFKA_LIBS)/.checked: $(KAFKA_POM) $(KAFKA_LOCK) | java maven
+	rm -rf $(KAFKA_LIBS) $(KAFKA_LIBS).part
+	$(MVN_FETCH) -DoutputDirectory=$(abspath $(KAFKA_LIBS)).part
+	cd $(KAFKA_LIBS).part && sha256sum --quiet --strict --check $(abspath $(KAFKA_LOCK))
+	@[ "$$(LC_ALL=C ls $(KAFKA_LIBS).part)" = "$$(awk '{print $$2}' $(KAFKA_LOCK) | LC_ALL=C sort)" ] || \
+	  { echo "Maven fetched other jars than $(KAFKA_LOCK) lists"; exit 1; }
+	touch $(KAFKA_LIBS).part/.checked && mv $(KAFKA_LIBS).part $(KAFKA_LIBS)
+
+kafka: $(KAFKA_LIBS)/.checked
+
+# after a change of version in the pom: fetch it and write the lock from what Maven fetched
+kafka-lock: | java maven
+	rm -rf $(KAFKA_LIBS) $(KAFKA_LIBS).part
+	$(MVN_FETCH) -DoutputDirectory=$(abspath $(KAFKA_LIBS)).part
+	cd $(KAFKA_LIBS).part && LC_ALL=C sha256sum -- * > $(abspath $(KAFKA_LOCK))
+	rm -rf $(KAFKA_LIBS).part
+
+# make kafka's fetch needs Maven; install Debian's package only when mvn is missing
+maven:
+	@command -v mvn >/dev/null 2>&1 || { \
+	  echo "installing Debian's maven package (used by make kafka)"; \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq maven >/dev/null; }
+
+test: prometheus stunnel java kafka lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,6 +1,7 @@
 """Fixtures: one embedded Tansu broker per test session, on an ephemeral loopback port
 (and, for the secured-broker tests, one behind TLS, one requiring SASL, one with both),
-and the time limit of the full-scale runs."""
+one Apache Kafka node per test session, started only when a test asks for it (the jars
+of `make kafka`), and the time limit of the full-scale runs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
 
 from support.tls import TlsBroker, TlsFiles, make_tls_files
@@ -27,6 +29,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def broker() -> Iterator[EmbeddedBroker]:
     with EmbeddedBroker(0) as running:
         yield running
+
+
+@pytest.fixture(scope="session")
+def apache_kafka() -> Iterator[ApacheKafka]:
+    """Apache Kafka, one KRaft node (broker and controller), accepting writes: at most one
+    per xdist worker, and none in a worker whose tests never ask for it."""
+    with ApacheKafka(1) as running:
+        yield running
+
+
+@pytest.fixture
+def bootstrap(request: pytest.FixtureRequest) -> str:
+    """The address of the session's broker fixture that the test's parameter names
+    (``broker``: Tansu, ``apache_kafka``: Apache Kafka), for tests run on both
+    (``indirect=["bootstrap"]``)."""
+    running: EmbeddedBroker | ApacheKafka = request.getfixturevalue(request.param)
+    return running.bootstrap_servers
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
-"""The streaming pipeline on a real Kafka-protocol broker (Tansu): devices -> Kafka ->
-aggregator -> Prometheus, exactly-once state across SIGKILLs, the dead-letter topic,
-record and replay."""
+"""The streaming pipeline on a real Kafka-protocol broker (Tansu, and for the main
+end-to-end test Apache Kafka too): devices -> Kafka -> aggregator -> Prometheus,
+exactly-once state across SIGKILLs, the dead-letter topic, record and replay."""
 
 from __future__ import annotations
 
@@ -39,17 +39,15 @@ pytestmark = pytest.mark.asyncio
 
 
 async def publish_and_scrape(
-    broker: EmbeddedBroker, collection: Collection, users: KVData, seed: int, batch_size: int
+    bootstrap: str, collection: Collection, users: KVData, seed: int, batch_size: int
 ) -> Samples:
     """Publish ``users`` through the SDK to a fresh aggregator, wait until a refit covers
     every report, and return one scrape of its metrics."""
     n = users.n_users
-    agg = Aggregator(
-        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.5, log=lambda _: None
-    )
+    agg = Aggregator(collection, bootstrap, metrics_port=0, refit_interval=0.5, log=lambda _: None)
     stop, task = await start(agg)
     try:
-        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(seed)) as sdk:
+        async with Collector(collection, bootstrap, rng=np.random.default_rng(seed)) as sdk:
             await sdk.publish_users(users, simulate.device_ids(n), batch_size=batch_size)
         await wait_for(lambda: agg.state.reports_total == n, 60, "all reports folded")
         await wait_for(
@@ -65,18 +63,17 @@ async def publish_and_scrape(
 
 
 @pytest.mark.parametrize("batch_size", [1, 100])
-async def test_end_to_end_estimates_within_five_standard_errors(
-    broker: EmbeddedBroker, batch_size: int
-) -> None:
-    """50,000 simulated devices; every key's exported frequency and mean within 5 standard
-    errors of the truth file, inside their exported 95% interval; every key without a
-    mean counted as not estimable, and at least one mean checked per estimator;
-    kvldp_reports_total exact."""
+@pytest.mark.parametrize("bootstrap", ["broker", "apache_kafka"], indirect=True)
+async def test_end_to_end_estimates_within_five_standard_errors(bootstrap: str, batch_size: int) -> None:
+    """50,000 simulated devices, on Tansu and on Apache Kafka; every key's exported
+    frequency and mean within 5 standard errors of the truth file, inside their exported
+    95% interval; every key without a mean counted as not estimable, and at least one
+    mean checked per estimator; kvldp_reports_total exact."""
     collection = unique_collection("kvue", 6)
     users = simulate.simulate(collection, "gaussian", 50_000, seed=11)
     truth = simulate.truth(collection, users)
     assert all(truth["mean"][key] is not None for key in collection.keys)  # every key is held
-    samples = await publish_and_scrape(broker, collection, users, seed=11, batch_size=batch_size)
+    samples = await publish_and_scrape(bootstrap, collection, users, seed=11, batch_size=batch_size)
     labels = lambda **kw: tuple(sorted({"collection": collection.name, **kw}.items()))  # noqa: E731
     assert samples[("kvldp_reports_total", labels())] == 50_000
     for estimator in ("unbiased", "em"):
@@ -115,7 +112,7 @@ async def test_pckv_padded_share_exported_within_four_standard_errors(broker: Em
     users = simulate.simulate(collection, "gaussian", 20_000, seed=17)
     w_pad = slot_weights(users, 3)[1]
     assert 0.05 < w_pad.mean() < 0.95 and np.any(users.sizes > 3)
-    samples = await publish_and_scrape(broker, collection, users, seed=17, batch_size=50)
+    samples = await publish_and_scrape(broker.bootstrap_servers, collection, users, seed=17, batch_size=50)
     for window in ("5m", "all"):
         lab = tuple(sorted({"collection": collection.name, "window": window}.items()))
         share, se = (
@@ -383,7 +380,7 @@ async def test_conditional_metrics_stream_end_to_end(
     collection = unique_collection(mechanism, 4, conditions=conditions, estimators=["unbiased"])
     users = simulate.simulate(collection, "conditional", 60_000, seed=21)
     truth = simulate.truth(collection, users)["conditional"]
-    samples = await publish_and_scrape(broker, collection, users, seed=21, batch_size=200)
+    samples = await publish_and_scrape(broker.bootstrap_servers, collection, users, seed=21, batch_size=200)
     queries = collection.conditional_queries()
     assert len(truth) == len(queries) == (24 if mechanism == "ioh_hrr" else 2)
     names = list(collection.keys)
