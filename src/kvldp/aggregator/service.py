@@ -193,7 +193,7 @@ class Aggregator(ServingRole):
                     # fetched past our state (e.g. from a committed offset): rewind, never skip
                     consumer.seek(tp, state.next_offset)
                     continue
-                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key)
+                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key, self.now_ms())
                 if work is None:
                     continue
                 if work.rejected:
