@@ -53,6 +53,7 @@ OTHER: dict[str, dict[str, Any]] = {
         "dedup_horizon": 0,
         "max_reports_per_device": 3,
         "budget_window": "1h",
+        "max_record_lead": "10m",
     },
     "privacy": {"memoize": True, "lifetime_epsilon": 5.0, "report_period": "1h"},
 }

@@ -380,7 +380,9 @@ class Exporter:
         collection: Collection,
         state: Callable[[], AggregatorState],
         lag: Callable[[], dict[int, int]] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self.clock = clock
         self.registry = CollectorRegistry()
         self.collector = SnapshotCollector(collection, state, lag)
         self.registry.register(self.collector)
@@ -407,7 +409,7 @@ class Exporter:
         """Refit every window of ``state`` and publish the result. Buckets are compacted
         and the windows summed on the event loop (no fold can interleave); the estimation
         itself runs in a thread so the consumer keeps polling."""
-        now_ms = int(time.time() * 1000)
+        now_ms = int(self.clock() * 1000)
         state.compact(now_ms)
         windows = state.window_stats(now_ms)
         if state.rounds is not None:  # estimates after the latest closed round

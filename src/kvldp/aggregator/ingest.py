@@ -27,7 +27,7 @@ from kvldp.aggregator.state import AggregatorState
 from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
 from kvldp.common.primitives import IntArray
 from kvldp.common.schema import ReportBatch
-from kvldp.common.wire import Decoded, WireFormat
+from kvldp.common.wire import RECORD_FUTURE, Decoded, WireFormat
 
 
 class Record(Protocol):
@@ -151,8 +151,11 @@ def plan(
     partition: int,
     records: Sequence[Record],
     ledger_key: bytes = b"",
+    now_ms: int | None = None,
 ) -> Plan | None:
-    """Decode the records at or after the partition's next offset; None if there are none."""
+    """Decode the records at or after the partition's next offset; None if there are none.
+    With ``now_ms`` (the aggregator's clock), a record stamped further ahead of it than
+    ``[aggregate] max_record_lead`` is refused (:func:`_refuse_ahead`)."""
     current = state.partition(partition)
     fresh = _from_offset(records, current.next_offset)
     if not fresh:
@@ -164,6 +167,10 @@ def plan(
         Rejected(fresh[i].offset, fresh[i].key, fresh[i].value, reason, detail)
         for i, reason, detail in decoded.rejected
     ]
+    if now_ms is not None:
+        decoded = _refuse_ahead(
+            decoded, timestamps, fresh, now_ms + config.max_record_lead_s * 1000, rejected
+        )
     keep = np.ones(decoded.rids.shape[0], dtype=bool)
     tagged = decoded.rids[decoded.rids != 0] if config.dedup_horizon > 0 else decoded.rids[:0]
     probe = current.recent.duplicates(tagged) if tagged.size else None
@@ -225,6 +232,24 @@ def plan(
         rounds is not None and rounds.complete,
         device_hashes(ledger_key, flagged) if flagged else None,
     )
+
+
+def _refuse_ahead(
+    decoded: Decoded, timestamps: IntArray, fresh: Sequence[Record], limit_ms: int, rejected: list[Rejected]
+) -> Decoded:
+    """Refuse the messages whose record timestamp is after ``limit_ms`` (``record_future``)
+    and return the reports of the others: a refused one makes no time bucket, is not
+    charged to the budget ledger (so cannot move its window) and leaves no report id."""
+    ahead = timestamps[decoded.message] > limit_ms
+    if not ahead.any():
+        return decoded
+    for m in np.unique(decoded.message[ahead]):
+        r = fresh[int(m)]
+        detail = f"record timestamp {r.timestamp} ms is after the aggregator's clock plus max_record_lead"
+        rejected.append(Rejected(r.offset, r.key, r.value, RECORD_FUTURE, detail))
+    usable = ~ahead
+    reports = {k: v[usable] for k, v in decoded.reports.items()}
+    return Decoded(reports, decoded.message[usable], decoded.rids[usable], decoded.rejected)
 
 
 def _reject_batches(

@@ -15,6 +15,7 @@ their snapshots.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 from kvldp.aggregator.console import stderr_line
@@ -40,11 +41,12 @@ class MergedExporter(ServingRole):
         refit_interval: float | None = None,
         log: Callable[[str], None] = stderr_line,
         security: HttpSecurity | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(
-            collection, kafka, "exporter", metrics_host, metrics_port, refit_interval, log, security
+            collection, kafka, "exporter", metrics_host, metrics_port, refit_interval, log, security, clock
         )
-        self.exporter = Exporter(collection, lambda: self.state)
+        self.exporter = Exporter(collection, lambda: self.state, clock=clock)
         self.follower = StateFollower(collection, self.kafka)
         self._refused: set[tuple[int, tuple[int, int]]] = set()
 

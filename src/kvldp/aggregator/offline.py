@@ -2,7 +2,9 @@
 
 The recording's records go through the same plan/apply path per partition, then one
 refit; the result is the snapshot's JSON (estimates in the collection's units) plus
-the integer totals, so a recording gives exactly the statistics its live run did.
+the integer totals, so a recording gives exactly the statistics its live run did
+(``[aggregate] max_record_lead`` is applied with the clock of the fold: a record the live
+run refused as ``record_future`` is folded if its time has come since).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _fold(state: AggregatorState, wire: WireFormat, chunk: list[Any]) -> None:
     for partition, group in groupby(
         sorted(chunk, key=lambda r: (r.partition, r.offset)), key=lambda r: r.partition
     ):
-        work = plan(state, wire, partition, list(group))
+        work = plan(state, wire, partition, list(group), now_ms=int(time.time() * 1000))
         if work is not None:
             work.apply(state)
 

@@ -6,7 +6,9 @@ One asyncio process per collection and role:
   and serves the estimates;
 * ``worker`` — joins the consumer group, folds the partitions Kafka assigns it and
   publishes their snapshots to the state topic (see :mod:`kvldp.aggregator.statetopic`);
-  refits and estimates are the exporter's job.
+  refits and estimates are the exporter's job. Workers compact their time buckets on
+  the refit timer like role ``all`` (:meth:`Aggregator.compact`), so a snapshot stays
+  bounded.
 
 The consume loop only decodes and folds (numpy); refits run in a worker thread on a
 timer so the consumer never misses its poll interval (aiokafka #848), and checkpoints
@@ -76,19 +78,22 @@ class Aggregator(ServingRole):
         log: Callable[[str], None] = stderr_line,
         security: HttpSecurity | None = None,
         role: str = "all",
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if role not in ROLES:
             raise ValueError(f"role must be one of {ROLES}")
         if state_dir is not None:
             writable_directory(state_dir, "state directory")
-        super().__init__(collection, kafka, role, metrics_host, metrics_port, refit_interval, log, security)
+        super().__init__(
+            collection, kafka, role, metrics_host, metrics_port, refit_interval, log, security, clock
+        )
         self.store = (
             CheckpointStore(state_dir, collection) if state_dir is not None and role == "all" else None
         )
         self.ledger_key = ledger_key(collection, state_dir, role)
         self.checkpoint_interval = checkpoint_interval
         self.wire = WireFormat(collection)
-        self.exporter = Exporter(collection, lambda: self.state, self.lag)
+        self.exporter = Exporter(collection, lambda: self.state, self.lag, clock)
         self.snapshots: StateTopic | None = None
         self.follower: StateFollower | None = None
         self._dirty: set[int] = set()
@@ -188,7 +193,7 @@ class Aggregator(ServingRole):
                     # fetched past our state (e.g. from a committed offset): rewind, never skip
                     consumer.seek(tp, state.next_offset)
                     continue
-                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key)
+                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key, self.now_ms())
                 if work is None:
                     continue
                 if work.rejected:
@@ -209,7 +214,7 @@ class Aggregator(ServingRole):
         consume loop, between fetches), compute the next means, checkpoint, then publish
         the control record (see :mod:`kvldp.aggregator.round_state` for why in this order)."""
         rounds, control = self.state.rounds, self.control
-        now_ms = int(time.time() * 1000)
+        now_ms = self.now_ms()
         if rounds is None or control is None or not rounds.due(now_ms):
             return
         rounds.close(self.state.all_stats().arrays["counts"], now_ms)
@@ -325,9 +330,20 @@ class Aggregator(ServingRole):
     async def _housekeeping(self) -> None:
         await self._check_topics()
         await self._check_resets()
+        self.compact()
         if self.role == "all":
             await self.exporter.refresh(self.state)
         release_free_memory()
+
+    def compact(self) -> None:
+        """Merge the buckets that left every finite window into each partition's base, on
+        the same rule in every role. A worker's snapshot then stays bounded, and the
+        exporter's merge is unchanged: it replaces whole partitions, compaction never
+        changes the ``all`` window, and a bucket is merged only once it is older than the
+        longest window plus two buckets (:meth:`AggregatorState.compact`), which no window
+        the exporter reads still holds while its clock is within two buckets of the
+        worker's."""
+        self.state.compact(self.now_ms())
 
     # ------------------------------------------------------------------ rebalancing
     async def revoked(self, revoked: list[TopicPartition]) -> None:

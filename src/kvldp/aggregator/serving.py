@@ -3,7 +3,7 @@
 The aggregator (:class:`kvldp.aggregator.service.Aggregator`, roles ``all`` and
 ``worker``) and the merged exporter (:class:`kvldp.aggregator.merged.MergedExporter`,
 role ``exporter``) take the same settings — the collection, the Kafka connection, the
-metrics endpoint, the refit interval, the log — refuse an interactive collection
+metrics endpoint, the refit interval, the log, the clock — refuse an interactive collection
 outside role ``all`` in the same words, and run their timers and tasks the same way.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from kvldp.aggregator.state import AggregatorState
@@ -35,6 +36,7 @@ class ServingRole:
         refit_interval: float | None,
         log: Callable[[str], None],
         security: HttpSecurity | None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if role != "all" and is_interactive(collection):
             raise KvldpError(
@@ -50,9 +52,15 @@ class ServingRole:
         self.refit_interval = refit_interval or collection.aggregate.refit_interval_s
         self.log = log
         self.security = security
+        #: wall-clock seconds: windows, compaction and the skew bound read it (tests inject one)
+        self.clock = clock
         self.state = AggregatorState(collection)
         #: the port /metrics listens on, once it does
         self.bound_port: int | None = None
+
+    def now_ms(self) -> int:
+        """The clock in milliseconds since the epoch."""
+        return int(self.clock() * 1000)
 
 
 async def every(seconds: float, job: Callable[[], Awaitable[None]]) -> None:

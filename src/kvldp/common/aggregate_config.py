@@ -62,6 +62,15 @@ class AggregateConfig:
     dedup_horizon: int = 100_000
     max_reports_per_device: int = 0
     budget_window_s: int = 86_400
+    max_record_lead_s: int = 300
+
+
+def _duration(table: dict[str, Any], key: str, default: str) -> int:
+    """Seconds of the duration field ``key`` (``all`` is not one)."""
+    window = parse_window(table.get(key, default), f"aggregate.{key}")
+    if window.seconds is None:
+        raise InvalidCollection(f"aggregate.{key}: give a duration such as '5m' or '1h'")
+    return window.seconds
 
 
 def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
@@ -102,10 +111,8 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     replication = _replication(table)
     cap = _integer(table, "max_message_bytes")
     limits = {key: _integer(table, key) for key in ("dedup_horizon", "max_reports_per_device")}
-    window = parse_window(table.get("budget_window", "1d"), "aggregate.budget_window")
-    if window.seconds is None:
-        raise InvalidCollection("aggregate.budget_window: give a duration such as '1d' or '12h'")
-    limits["budget_window_s"] = window.seconds
+    limits["budget_window_s"] = _duration(table, "budget_window", "1d")
+    limits["max_record_lead_s"] = _duration(table, "max_record_lead", "5m")
     ages = {}
     for key in ("max_report_age_s", "max_clock_skew_s"):
         value = number(table.get(key, getattr(defaults, key)), f"aggregate.{key}")
@@ -118,6 +125,7 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
         dedup_horizon=limits["dedup_horizon"],
         max_reports_per_device=limits["max_reports_per_device"],
         budget_window_s=limits["budget_window_s"],
+        max_record_lead_s=limits["max_record_lead_s"],
         refit_interval_s=refit,
         estimators=usable,
         windows=windows,

@@ -217,6 +217,7 @@ def collection_table(collection: Collection) -> dict[str, Any]:
             "max_report_age_s": agg.max_report_age_s,
             "max_clock_skew_s": agg.max_clock_skew_s,
             "dedup_horizon": agg.dedup_horizon,
+            "max_record_lead": f"{agg.max_record_lead_s}s",
         },
     }
     if collection.privacy.report_period_s is None:  # otherwise the period sets the ledger

@@ -212,6 +212,16 @@ AGGREGATE = (
         False,
         "the tumbling window of `max_reports_per_device`: floor(record timestamp / window)",
     ),
+    FieldSpec(
+        "max_record_lead",
+        "duration",
+        '"5m"',
+        DURATION,
+        False,
+        "a message whose Kafka record timestamp is further ahead of the aggregator's clock than this "
+        "is refused (`record_future`): it makes no time bucket and does not move the budget ledger's "
+        "window; there is no bound behind (late, re-read and replayed records keep their time)",
+    ),
 )
 
 PRIVACY = (

@@ -68,10 +68,13 @@ REASONS = (
     "implausible_report",
     "stale",
     "future",
+    "record_future",
     "budget_exceeded",
     "stale_round",
     "round_mismatch",
 )
+#: a record stamped further ahead of the aggregator's clock than ``[aggregate] max_record_lead``
+RECORD_FUTURE = "record_future"
 
 
 class WireError(KvldpError):
