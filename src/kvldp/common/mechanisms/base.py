@@ -190,19 +190,33 @@ class Mechanism(abc.ABC):
             raise InvalidReport(f"{self.name} report {i} is invalid: {reasons[i]}")
 
     # ----------------------------------------------------------------- client
+    def public_fields(self) -> tuple[str, ...]:
+        """Report fields drawn independently of the input (a sampled key, a hash seed): the
+        mechanism's public randomness, which :meth:`perturb_many` draws from its
+        ``public_rng`` when given one. None by default."""
+        return ()
+
     def perturb(self, pairs: Mapping[int, float], rng: np.random.Generator) -> Report:
         """Perturb one device's pairs (key index -> value in [-1, 1]) into one report."""
         batch = self.perturb_many(KVData.from_pairs(self.d, [pairs]), rng)
         return row(batch, self.fields(), 0)
 
-    def perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        """Perturb every user's pairs; one report per user, as a columnar batch."""
+    def perturb_many(
+        self, users: KVData, rng: np.random.Generator, public_rng: np.random.Generator | None = None
+    ) -> ReportBatch:
+        """Perturb every user's pairs; one report per user, as a columnar batch. The
+        :attr:`public_fields` are drawn from ``public_rng`` when one is given, else from
+        ``rng`` at the same point of its stream (so a report is the same either way when
+        both are the same generator)."""
         if users.d != self.d:
             raise InvalidParameter(f"{self.name} is configured for d={self.d} keys, the data has d={users.d}")
-        return self._perturb_many(users, rng)
+        return self._perturb_many(users, rng, rng if public_rng is None else public_rng)
 
     @abc.abstractmethod
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch: ...
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        """The client on a batch of users; ``public`` draws the :attr:`public_fields`."""
 
     def plausible(self, batch: ReportBatch) -> ReportBatch:
         """The rows the plausibility rule keeps, as the aggregator keeps them: genuine

@@ -76,7 +76,9 @@ class FHR(ItemOracle):
     def _validate_extra(self, batch: ReportBatch) -> list[tuple[np.ndarray, str]]:
         return [(batch["x"] == batch["y"], "x and y must differ")]
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         n = items.shape[0]
         rows = items + 1
         x = uniform_in_half(rows, np.ones(n, dtype=np.int64), self.length, rng)

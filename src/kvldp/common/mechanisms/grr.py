@@ -59,7 +59,9 @@ class GRR(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("y", "uint", 0, self.domain),)
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         keep = rng.random(items.shape[0]) < self.p
         other = (items + rng.integers(1, self.domain, size=items.shape[0])) % self.domain
         return {"y": np.where(keep, items, other).astype(np.int64)}

@@ -62,7 +62,9 @@ class HR(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("y", "uint", 0, self.k),)
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         inside = rng.random(items.shape[0]) < self.p_in
         sign = np.where(inside, 1, -1).astype(np.int64)
         return {"y": uniform_in_half(items + 1, sign, self.k, rng)}

@@ -188,7 +188,9 @@ class IOH(JointStateMechanism):
     def fields(self) -> tuple[Field, ...]:
         return (Field("a", "bits", 0, self.n_cells),)
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         index = joint_index(joint_states(users, rng))
         return {"a": one_hot_bits(index, self.n_cells, self.p, self.q, rng)}
 

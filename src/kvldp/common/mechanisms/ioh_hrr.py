@@ -138,9 +138,15 @@ class IOHHRR(JointStateMechanism):
     def fields(self) -> tuple[Field, ...]:
         return (Field("j", "uint", 0, self.k), Field("b", "uint", 0, 2))
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def public_fields(self) -> tuple[str, ...]:
+        """The coefficient is drawn independently of the joint state."""
+        return ("j",)
+
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         x = state_codes(joint_states(users, rng))
-        rank = np.asarray(rng.integers(0, self.k, size=users.n_users), dtype=np.int64)
+        rank = np.asarray(public.integers(0, self.k, size=users.n_users), dtype=np.int64)
         sign = hadamard_entry(x, self.coefficients[rank]).astype(np.int64)
         kept = rng.random(users.n_users) < self.p
         reported = np.where(kept, sign, -sign)

@@ -135,12 +135,17 @@ class ItemOracle(Mechanism):
             w[:, self.d] = padding
         return w
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        return self._perturb_items(self.sample_items(users, rng), rng)
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        return self._perturb_items(self.sample_items(users, rng), rng, public)
 
     @abc.abstractmethod
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
-        """The oracle's client on item indices in [0, domain)."""
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        """The oracle's client on item indices in [0, domain); ``public`` draws the
+        :attr:`public_fields`."""
 
     # --------------------------------------------------------------- estimation
     @property

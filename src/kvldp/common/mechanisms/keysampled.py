@@ -173,8 +173,14 @@ class KeySampledMechanism(Mechanism):
     def fields(self) -> tuple[Field, ...]:
         return (Field("j", "uint", 0, self.d), Field(self.symbol_field, "uint", 0, self.n_symbols))
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        j = rng.integers(0, self.d, size=users.n_users, dtype=np.int64)
+    def public_fields(self) -> tuple[str, ...]:
+        """The sampled key is drawn independently of the data."""
+        return ("j",)
+
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        j = public.integers(0, self.d, size=users.n_users, dtype=np.int64)
         z = self._perturb_states(states_of(users, j, rng), rng)
         return {"j": j, self.symbol_field: z}
 

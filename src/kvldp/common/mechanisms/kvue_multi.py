@@ -154,6 +154,10 @@ class KVUEMulti(KeySampledMechanism):
         keys = tuple(Field(name, "uint", 0, self.d) for name in self.key_fields())
         return (*keys, Field(self.symbol_field, "uint", 0, self.n_joint))
 
+    def public_fields(self) -> tuple[str, ...]:
+        """The t sampled keys are drawn independently of the data."""
+        return self.key_fields()
+
     def _validate_extra(self, batch: ReportBatch) -> list[tuple[np.ndarray, str]]:
         if self.t < 2:
             return []
@@ -161,8 +165,10 @@ class KVUEMulti(KeySampledMechanism):
         bad = np.any(np.diff(keys, axis=1) <= 0, axis=1)
         return [(bad, f"keys {', '.join(self.key_fields())} must be strictly increasing")]
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        keys = sample_key_sets(users.n_users, self.d, self.t, rng)
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        keys = sample_key_sets(users.n_users, self.d, self.t, public)
         joint = np.zeros(users.n_users, dtype=np.int64)
         for i in range(self.t):
             joint += states_of(users, keys[:, i], rng) * 3**i

@@ -62,9 +62,15 @@ class OLH(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("seed", "uint", 0, 2**64), Field("y", "uint", 0, self.g))
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def public_fields(self) -> tuple[str, ...]:
+        """The hash seed is drawn whatever the item."""
+        return ("seed",)
+
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         n = items.shape[0]
-        seeds = np.asarray(rng.integers(0, 2**64, size=n, dtype=np.uint64), dtype=np.uint64)
+        seeds = np.asarray(public.integers(0, 2**64, size=n, dtype=np.uint64), dtype=np.uint64)
         hashed = olh_hash(seeds, items.astype(np.uint64), self.g)
         keep = rng.random(n) < self.p
         other = (hashed + rng.integers(1, self.g, size=n)) % self.g

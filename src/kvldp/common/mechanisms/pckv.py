@@ -315,7 +315,9 @@ class PCKVUE(PCKV):
         """The number of non-zero keys, set bits of ``pos`` plus ``neg`` (at most d)."""
         return np.asarray(np.minimum(set_bits(batch["pos"]) + set_bits(batch["neg"]), self.d), dtype=np.int64)
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         """Algorithm 2 on the real coordinates. The sampled coordinate is v* w.p. a p, -v*
         w.p. a(1-p), else 0; every other coordinate independently +-1 w.p. b/2 each, drawn
         sparsely (Bernoulli(b) positions, fair signs) in blocks of users."""
@@ -396,7 +398,9 @@ class PCKVGRR(PCKV):
             (~dummy & zero, "v = 0 is reserved for the dummy key"),
         ]
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         """Algorithm 3: w.p. a the sampled key with v* kept w.p. p; otherwise another key,
         t uniform in [0, d'-1) shifted past the sampled one, with a fair sign. Dummy
         outputs become (d, 0)."""

@@ -175,7 +175,9 @@ class PrivKVM(PrivKVMEstimators):
         batch = self.perturb_round(KVData.from_pairs(self.d, [pairs]), rng, round_index, pub)
         return row(batch, self.fields(), 0)
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         stats = self.new_stats()
         batches = []
         for r in range(self.rounds):

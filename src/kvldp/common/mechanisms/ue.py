@@ -71,7 +71,9 @@ class UnaryEncoding(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("bits", "bits", 0, self.domain),)
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         return {"bits": one_hot_bits(items, self.domain, self.p, self.q, rng)}
 
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
