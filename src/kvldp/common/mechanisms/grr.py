@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kvldp.common.em import parse_em_options
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance
 from kvldp.common.mechanisms.registry import register
@@ -58,6 +59,13 @@ class GRR(ItemOracle):
 
     def fields(self) -> tuple[Field, ...]:
         return (Field("y", "uint", 0, self.domain),)
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput(("y",), self.domain)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = grr_probs(epsilon, self.domain)
+        return p - q
 
     def _perturb_items(
         self, items: IntArray, rng: np.random.Generator, public: np.random.Generator

@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle
 from kvldp.common.mechanisms.registry import register
@@ -61,6 +62,13 @@ class HR(ItemOracle):
 
     def fields(self) -> tuple[Field, ...]:
         return (Field("y", "uint", 0, self.k),)
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput(("y",), self.k)
+
+    def _contrast(self, epsilon: float) -> float:
+        """2 p_in - 1: K/2 times the gap between a column inside the item's half and one outside."""
+        return math.tanh(epsilon / 2.0)
 
     def _perturb_items(
         self, items: IntArray, rng: np.random.Generator, public: np.random.Generator

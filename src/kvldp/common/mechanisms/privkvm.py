@@ -229,7 +229,7 @@ class PrivKVM(PrivKVMEstimators):
         return Stats.expected(self, {"counts": counts, "n": np.array([float(counts.sum())])})
 
     # --------------------------------------------------------------- privacy
-    def claimed_epsilon(self) -> float:
+    def _analysed_epsilon(self) -> float:
         """Round 1 is the LPP at (eps_key[0], eps/(2c)) with a fair fake coin; every later
         round, against the worst published mean, adds eps_key[r] + eps/(2c) at most and
         exactly that for the holder-versus-non-holder pair that is worst in round 1."""
