@@ -100,7 +100,7 @@ class AggregatorState:
 
     def __init__(self, collection: Collection) -> None:
         self.collection = collection
-        self.mechanism = collection.mechanism
+        self.mechanism = collection.estimation_mechanism
         self.bucket_ms = bucket_millis(collection)
         finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
         self.retention_ms = (max(finite) * 1000 + 2 * self.bucket_ms) if finite and self.bucket_ms else 0
@@ -284,7 +284,7 @@ class AggregatorState:
         state = cls(collection)
         if payload.get("bucket_ms") != state.bucket_ms:
             raise CheckpointMismatch("checkpoint was written with other windows; use another --state-dir")
-        mech = collection.mechanism
+        mech = collection.estimation_mechanism
         try:
             if state.rounds is not None:
                 state.rounds = RoundState.from_wire(collection, payload["rounds"])
