@@ -18,11 +18,14 @@ For every mechanism that can be memoized (all but ``privkvm``), at a few configu
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kvldp.cli import main
 from kvldp.common.instantaneous import (
     BitsOutput,
     SymbolOutput,
@@ -307,3 +310,33 @@ def test_composed_estimators_are_unbiased(name: str) -> None:
     est = composed.estimate(composed.collect(pooled, rng), "unbiased")
     expected = composed.estimate(composed.expected_stats(pooled), "unbiased").frequency
     assert np.all(np.abs(est.frequency - expected) < 4 * est.frequency_stderr), (est.frequency, expected)
+
+
+# ----------------------------------------------------------------------- the collection's audit
+def test_audit_of_a_collection_states_eps1_per_report_and_eps_per_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``kvldp audit --collection``: one report audited on the composed channel (eps1,
+    tight), one state on the device's memoized report (eps), each with its rule and who
+    keeps it; the lifetime spend still counts eps per new state."""
+    path = tmp_path / "irr.toml"
+    path.write_text(
+        'name = "irr"\nmechanism = "pckv_ue"\nepsilon = 2.0\nkeys = ["a", "b", "c"]\n'
+        "value_range = [0.0, 1.0]\n[privacy]\nmemoize = true\ninstantaneous_epsilon = 0.5\n"
+    )
+    assert main(["audit", "--collection", str(path), "--reports", "100", "--changes", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is True and out["instantaneous_epsilon"] == 0.5
+    assert abs(out["max_log_ratio"] - 0.5) <= 1e-9 and abs(out["per_state_max_log_ratio"] - 2.0) <= 1e-9
+    assert out["lifetime_epsilon"] == pytest.approx(10.0) and out["charged"] == 5
+    assert out["randomizer"]["coordinates"] == 3 and out["randomizer"]["values"] == 3
+    figures = out["epsilon"]
+    assert list(figures) == ["per_report", "per_state", "lifetime"]
+    assert figures["per_report"]["epsilon"] == 0.5 and figures["per_state"]["epsilon"] == 2.0
+    assert "instantaneous_epsilon" in figures["per_report"]["rule"]
+    assert all("the server can enforce neither" in figures[f]["kept_by"] for f in ("per_report", "per_state"))
+    assert main(["audit", "--collection", str(path), "--reports", "100"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert (
+        "epsilon 0.5 per report and 2 per state" in first and "audits per report ok and per state ok" in first
+    )

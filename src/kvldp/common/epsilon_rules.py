@@ -1,7 +1,9 @@
 """Which rule each epsilon figure of a collection follows, and over what horizon.
 
 A collection bounds a device's spending by several rules kept by different parties: the
-mechanism bounds one report; ``[privacy] report_period`` and ``[aggregate]
+mechanism bounds one report (with ``[privacy] instantaneous_epsilon``, the memoized report
+randomized again at every send bounds one report, and the memoized report itself all
+reports of one state); ``[privacy] report_period`` and ``[aggregate]
 max_reports_per_device`` bound a window of time (the first kept by the device and the
 aggregator alike, the second by the aggregator's ledger and mirrored by the SDK); the
 device's own ledger (memoization, ``[privacy] lifetime_epsilon``) bounds its lifetime.
@@ -62,19 +64,47 @@ def _window_figure(collection: Collection) -> EpsilonFigure | None:
     )
 
 
-def epsilon_figures(collection: Collection, life: LifetimeAudit) -> list[EpsilonFigure]:
-    """The collection's epsilon figures: per report, per window of time (when a rule limits
-    reports per window), and over ``life``'s reports (:func:`kvldp.common.privacy.lifetime_audit`)."""
-    figures = [
+def _report_figures(collection: Collection) -> list[EpsilonFigure]:
+    """One report's figure; with instantaneous randomization, also one state's."""
+    name = collection.mechanism_name
+    instantaneous = collection.privacy.instantaneous_epsilon
+    if instantaneous is None:
+        return [
+            EpsilonFigure(
+                "per_report",
+                collection.epsilon,
+                f"the {name} mechanism's local differential privacy (checked by the exact audit)",
+                "the device (it perturbs before sending)",
+                "one report",
+            )
+        ]
+    both = "the device, which applies both randomizations before sending; the server can enforce neither"
+    return [
         EpsilonFigure(
             "per_report",
-            collection.epsilon,
-            f"the {collection.mechanism_name} mechanism's local differential privacy "
-            "(checked by the exact audit)",
-            "the device (it perturbs before sending)",
+            instantaneous,
+            f"[privacy] instantaneous_epsilon: the memoized {name} report randomized again at every "
+            "send, exactly this level with respect to the device's input (checked by the exact audit "
+            "of the composed channel)",
+            both,
             "one report",
-        )
+        ),
+        EpsilonFigure(
+            "per_state",
+            collection.epsilon,
+            f"the {name} mechanism's local differential privacy of the memoized report (checked by the "
+            "exact audit); the sends of a state randomize that one report again and reveal no more",
+            both,
+            "every report of one state",
+        ),
     ]
+
+
+def epsilon_figures(collection: Collection, life: LifetimeAudit) -> list[EpsilonFigure]:
+    """The collection's epsilon figures: per report (and per state, with instantaneous
+    randomization), per window of time (when a rule limits reports per window), and over
+    ``life``'s reports (:func:`kvldp.common.privacy.lifetime_audit`)."""
+    figures = _report_figures(collection)
     window = _window_figure(collection)
     if window is not None:
         figures.append(window)
