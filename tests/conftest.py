@@ -1,5 +1,6 @@
 """Fixtures: one embedded Tansu broker per test session, on an ephemeral loopback port
-(and, for the secured-broker tests, one behind TLS, one requiring SASL, one with both)."""
+(and, for the secured-broker tests, one behind TLS, one requiring SASL, one with both),
+and the time limit of the full-scale runs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,16 @@ import pytest
 from kvldp.broker.tansu import EmbeddedBroker
 
 from support.tls import TlsBroker, TlsFiles, make_tls_files
+
+#: the time limit of a test marked ``full`` (full-scale runs take minutes; the default
+#: limit of pyproject.toml, ``timeout``, is for the tests of make test)
+FULL_TIMEOUT_S = 3600
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("full") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(FULL_TIMEOUT_S))
 
 
 @pytest.fixture(scope="session")

@@ -132,3 +132,10 @@ def test_one_hot_bits_set_the_true_bit_with_p_and_every_other_with_q(nbits: int,
     for mask, prob in ((own, p), (~own, q)):
         count = int(mask.sum())
         assert abs(bits[mask].mean() - prob) <= 4 * np.sqrt(prob * (1 - prob) / count) + 1e-12, (prob, count)
+
+
+@pytest.mark.parametrize("index", [[0, 9], [-1, 0]])
+def test_one_hot_bits_refuses_a_true_bit_outside_the_row(index: list[int]) -> None:
+    """A true bit past the row would land in a padding bit or the next row's byte."""
+    with pytest.raises(ValueError, match=r"outside 0\.\.8"):
+        one_hot_bits(np.array(index), 9, 0.5, 0.1, np.random.default_rng(0))

@@ -241,7 +241,9 @@ def test_state_file_survives_a_restart(tmp_path: Path) -> None:
     s = sdk(c, first, state_path=path)
     assert run(s.report({"a": 3.0, "d": 7.0})) is ReportStatus.SENT
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
-    assert [p.name for p in tmp_path.iterdir()] == ["phone.state"]  # no temp file left behind
+    # no temp file left behind; the lock file stays (it is never replaced)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["phone.state", "phone.state.lock"]
+    assert stat.S_IMODE(os.stat(tmp_path / "phone.state.lock").st_mode) == 0o600
     secret = s.state.secret
 
     again = FakeProducer()

@@ -20,14 +20,18 @@ import time
 from collections.abc import Callable
 from typing import IO
 
-import psutil
-
 from kvldp.common.errors import KvldpError
 
 HOST = "127.0.0.1"
 #: how a child says that it could not bind its port (Tansu: "AddrInUse", "Address in
 #: use"; stunnel: "Address already in use")
 ADDRESS_IN_USE = re.compile(r"addr(?:ess)?\s*(?:already\s*)?in\s*use", re.I)
+
+
+#: what a user without the embedded broker's dependencies is told
+NEEDS_BROKER_EXTRA = (
+    "the embedded broker needs the 'broker' extra: pip install 'kvldp[broker]' (make demo/test install it)"
+)
 
 
 class BrokerError(KvldpError):
@@ -66,9 +70,18 @@ def listening_ports(pid: int) -> set[int]:
     """The TCP ports process ``pid`` itself listens on (at any address); none once it has
     exited."""
     try:
+        import psutil  # the broker extra's, like the broker itself
+    except ImportError:
+        raise BrokerError(NEEDS_BROKER_EXTRA) from None
+    try:
         connections = psutil.Process(pid).net_connections(kind="tcp")
     except psutil.NoSuchProcess:
         return set()
+    except psutil.AccessDenied:
+        raise BrokerError(
+            f"cannot read which ports process {pid} listens on (the system denies it; "
+            "a /proc mounted with hidepid does)"
+        ) from None
     return {c.laddr.port for c in connections if c.status == psutil.CONN_LISTEN}
 
 

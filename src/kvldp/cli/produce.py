@@ -3,7 +3,10 @@
 A single pass publishes every device once; ``--periods`` simulates a fleet
 reporting once per period (:mod:`kvldp.sim.fleet`) and says what each device spent.
 The reports go to Kafka, or with ``--endpoint URL --token-file FILE`` to ``kvldp
-gateway`` over HTTPS (:class:`Sink`).
+gateway`` over HTTPS (:class:`Sink`). The devices' privacy states live in memory for one
+run, or with ``--state-dir DIR`` one locked file per device there
+(:class:`kvldp.producer.device_state.Fleet`), so that runs one after another, or at
+once, keep one account per device.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import numpy as np
 
 from kvldp.attacks.fakes import ATTACKS
 from kvldp.cli.flags import (
+    DirectoryToWrite,
     FileToRead,
     FileToWrite,
     Subparsers,
@@ -125,6 +129,14 @@ def register(sub: Subparsers) -> None:
         "(default: the SDK's request timeout, 30 s); the command then says what was acknowledged "
         "and exits with status 2",
     )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        type=DirectoryToWrite,
+        help="keep each device's privacy state (secret, memo table, ledger) in its own file under DIR "
+        "(created if missing), changed under the file's lock, so that runs one after another or at once "
+        "over the same devices keep one account per device (default: in memory, for this run)",
+    )
     add_kafka_args(p)
     p.set_defaults(func=cmd_produce)
 
@@ -166,9 +178,15 @@ class Sink:
         return collection.reports_topic if self.endpoint is None else f"{self.endpoint} ({collection.name})"
 
 
-def timeout_option(args: argparse.Namespace) -> dict[str, Any]:
-    """The collector's ``request_timeout`` when ``--delivery-timeout`` gives one."""
-    return {} if args.delivery_timeout is None else {"request_timeout": args.delivery_timeout}
+def sdk_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The collector's ``request_timeout`` when ``--delivery-timeout`` gives one, and its
+    ``state_dir`` when ``--state-dir`` does."""
+    options: dict[str, Any] = {}
+    if args.delivery_timeout is not None:
+        options["request_timeout"] = args.delivery_timeout
+    if args.state_dir is not None:
+        options["state_dir"] = Path(args.state_dir)
+    return options
 
 
 def sink(args: argparse.Namespace, collection: Collection) -> Sink:
@@ -230,7 +248,7 @@ def _produce_once(args: argparse.Namespace) -> int:
     check_batching(collection, args.batch_size)
     to = sink(args, collection)
     rng = np.random.default_rng(args.seed) if args.seed is not None else None
-    options = {"rng": rng, **timeout_option(args)}
+    options = {"rng": rng, **sdk_options(args)}
     if args.simulate:
         if not args.users:
             raise KvldpError("--simulate needs --users N")
@@ -248,7 +266,7 @@ def _produce_once(args: argparse.Namespace) -> int:
                     f"--rate: collection {collection.name} reports in rounds, paced by its round_period"
                 )
             assert to.kafka is not None
-            return _produce_rounds(collection, to.kafka, users, rng, timeout_option(args))
+            return _produce_rounds(collection, to.kafka, users, rng, sdk_options(args))
         run = Publishing(to.who, planned=users.n_users)
 
         async def publish(stop: asyncio.Event) -> None:
@@ -347,7 +365,7 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
     if is_interactive(collection):
         assert to.kafka is not None
         return _produce_rounds_with_fakes(
-            collection, to.kafka, users, order, seed, attack, n_fakes, target, timeout_option(args)
+            collection, to.kafka, users, order, seed, attack, n_fakes, target, sdk_options(args)
         )
     genuine = genuine_reports(mechanism, users, genuine_rng(seed, 0))
     fakes = fake_reports(mechanism, attack, n_fakes, target, fake_rng(seed, 0))
@@ -358,7 +376,7 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
     run = Publishing(to.who, planned=order.size)
 
     async def publish(stop: asyncio.Event) -> None:
-        async with run.follow(to.collector(collection, **timeout_option(args))) as sdk:
+        async with run.follow(to.collector(collection, **sdk_options(args))) as sdk:
             with Progress(order.size, f"produce {collection.name}") as bar:
 
                 async def send_all() -> None:
@@ -388,7 +406,7 @@ def _produce_rounds_with_fakes(
     attack: str,
     n_fakes: int,
     target: Target,
-    timeout: dict[str, Any],
+    options: dict[str, Any],
 ) -> int:
     """PrivKVM's rounds with fake devices in every round: the genuine fleet follows the
     control topic as without fakes (its generator that of ``kvldp attack``), and after its
@@ -421,7 +439,7 @@ def _produce_rounds_with_fakes(
     run = Publishing("Kafka")
 
     async def publish(stop: asyncio.Event) -> None:
-        sdk = Collector(collection, kafka_config=kafka, rng=genuine_rng(seed, 0), **timeout)
+        sdk = Collector(collection, kafka_config=kafka, rng=genuine_rng(seed, 0), **options)
         async with run.follow(sdk):
 
             async def fakes(control: Control) -> None:
@@ -450,7 +468,7 @@ def _produce_rounds(
     kafka: KafkaConfig,
     users: KVData,
     rng: np.random.Generator | None,
-    timeout: dict[str, Any],
+    options: dict[str, Any],
 ) -> int:
     """A simulated fleet following an interactive collection's rounds to the end: a line
     per round, then the epsilon each device spent."""
@@ -477,7 +495,7 @@ def _produce_rounds(
     run = Publishing("Kafka")  # how many reports the rounds take is known only at their end
 
     async def publish(stop: asyncio.Event) -> list[float]:
-        sdk = Collector(collection, kafka_config=kafka, rng=rng, **timeout)
+        sdk = Collector(collection, kafka_config=kafka, rng=rng, **options)
         async with run.follow(sdk):
             print(
                 f"following {control_topic(collection)} ({mechanism.rounds} rounds at most)", file=sys.stderr
@@ -557,7 +575,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     run = Publishing(to.who, planned=args.users * args.periods)
 
     async def publish(stop: asyncio.Event) -> np.ndarray:
-        sdk = to.collector(collection, rng=rng, clock=sim.clock, **timeout_option(args))
+        sdk = to.collector(collection, rng=rng, clock=sim.clock, **sdk_options(args))
         async with run.follow(sdk):
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
 

@@ -157,6 +157,8 @@ def one_hot_bits(
     probability ``q``, all independently: every bit drawn at ``q`` by
     :func:`bernoulli_bits`, then the true bits redrawn, one uniform each."""
     n = index.shape[0]
+    if n and (int(index.min()) < 0 or int(index.max()) >= nbits):
+        raise ValueError(f"one_hot_bits: a true bit's index lies outside 0..{nbits - 1}")
     out = bernoulli_bits(n, nbits, q, rng)
     flat = out.reshape(-1)
     at = np.arange(n) * out.shape[1] + (index >> 3)

@@ -22,6 +22,7 @@ from kvldp.kafka.client_start import KafkaStartError, KafkaUnreachable
 from kvldp.producer.bearer_token import InvalidToken, TokenFile
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import ReportStatus
+from kvldp.producer.file_lock import LockTimeout
 from kvldp.producer.gateway_client import DeliveryError, GatewayUnavailable, ReportRefused
 from kvldp.producer.retry_policy import RetryPolicy
 
@@ -35,6 +36,7 @@ __all__ = [
     "KafkaStartError",
     "KafkaUnreachable",
     "KvldpError",
+    "LockTimeout",
     "PrivacyBudgetExhausted",
     "ReportRefused",
     "ReportStatus",

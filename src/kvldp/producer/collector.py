@@ -33,8 +33,10 @@ Some collections need one report per message (:mod:`kvldp.producer.batching`).
 A collection with a ``[privacy]`` table makes every device follow the spending rule of
 :mod:`kvldp.common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
 ``report_period``), with the device's own state in a file (``state_path``, see
-:mod:`kvldp.producer.device_state`) or in memory, and one in-memory state per other device id a
-gateway or simulator reports for. Memoized and period-limited reports go out one per
+:mod:`kvldp.producer.device_state`) or in memory, and one state per other device id a
+gateway or simulator reports for, in memory or one file each under ``state_dir``. A state
+file may be shared by several processes: each change is made under the file's lock, to
+what the file holds. Memoized and period-limited reports go out one per
 message, keyed by their device id, because the aggregator tells devices apart by the Kafka
 key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
 come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
@@ -96,6 +98,7 @@ from kvldp.producer.device_state import (
     period_of,
     tracks_privacy,
 )
+from kvldp.producer.file_lock import LOCK_TIMEOUT_S
 from kvldp.producer.gateway_client import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, GatewayTransport, reports_url
 from kvldp.producer.pairs import device_key, users_from_pairs
 from kvldp.producer.retry_policy import RetryPolicy
@@ -130,10 +133,14 @@ class Collector:
     nothing to enforce and log nothing (this device's reports are still counted for
     :meth:`privacy_spent`). For a PCKV collection, a device holding more pairs than the
     collection's ``ell`` is warned about once (:mod:`kvldp.producer.truncation`). The states of other device ids a gateway or simulator reports
-    for live in memory only, for the life of this collector; where the aggregator limits
+    for live in memory, for the life of this collector, or with ``state_dir`` one file
+    each in that directory (created if missing); in memory, where the aggregator limits
     reports per device, the first of them logs a warning that reports sent again for them
     after a restart may be refused. ``warn_unsaved=False`` silences both warnings (a
-    simulation against topics nobody else wrote to). ``clock`` (a callable returning
+    simulation against topics nobody else wrote to). Processes may share a state file
+    (or ``state_dir``): every change waits for the file's lock, at most
+    ``state_lock_timeout`` seconds (then
+    :class:`~kvldp.producer.file_lock.LockTimeout`, nothing sent or spent). ``clock`` (a callable returning
     seconds since the epoch, default :func:`time.time`) gives report times, and so the
     ``report_period`` a report falls in: a test or a simulation passes its own to step
     through periods without waiting.
@@ -182,6 +189,8 @@ class Collector:
         request_timeout: float = REQUEST_TIMEOUT_S,
         allow_http: bool = False,
         warn_unsaved: bool = True,
+        state_dir: str | Path | None = None,
+        state_lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> None:
         if acks not in ACKS:
             raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
@@ -224,19 +233,18 @@ class Collector:
         if state_path is None:
             self.state = DeviceState.new(self.collection, device_id)
         else:
-            self.state = DeviceState.open(state_path, self.collection, device_id)
-            if device_id and device_id != self.state.device_id:
-                self.state.device_id = device_id
-                self.state.save()
+            self.state = DeviceState.open(state_path, self.collection, device_id, state_lock_timeout)
         self.device_id = self.state.device_id
         #: whether this device's id came from the caller (sent to the gateway as the claimed device)
         self._id_given = device_id is not None
         #: states of the other device ids this collector reports for (gateways, simulators)
-        self.fleet = Fleet(self.collection)
+        self.fleet = Fleet(self.collection, state_dir, state_lock_timeout)
         self._tracked = tracks_privacy(self.collection)
         self._warn_unsaved = warn_unsaved and self._tracked and state_path is None
         #: warn once that other devices' states live in memory (when the aggregator limits devices)
-        self._warn_fleet = warn_unsaved and self.collection.aggregate.max_reports_per_device > 0
+        self._warn_fleet = (
+            warn_unsaved and self.collection.aggregate.max_reports_per_device > 0 and state_dir is None
+        )
         #: warns once per device whose pairs PCKV's ell truncates
         self.truncation = TruncationWarner(self.collection, logger)
         self.acks = acks
@@ -355,9 +363,12 @@ class Collector:
         )
 
     def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
+        """The state of ``device_id`` (default this device's), read again from its file, if
+        there is one."""
         if device_id is None or device_key(device_id) == device_key(self.device_id):
+            self.state.refresh()
             return self.state
-        return self.fleet.states.get(device_key(device_id))
+        return self.fleet.known(device_key(device_id))
 
     def privacy_spent(self, device_id: str | bytes | int | None = None) -> float:
         """Epsilon spent on this collection by this device, or by another ``device_id`` this
@@ -627,8 +638,7 @@ class Collector:
         own = device_key(self.device_id)
         mine = sum(1 for device in device_ids if device_key(device) == own)
         if mine:
-            self.state.charged += mine
-            self.state.save()
+            self.state.charge(mine)
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)

@@ -23,30 +23,50 @@ a spend in the file *before* the report is handed to Kafka: a crash may lose a r
 never a spend. A file that is corrupt, of another format, or of another collection (or
 digest) raises :class:`InvalidDeviceState` naming the file, and is left untouched.
 
-Without a path the state lives in memory only (gateways and simulators: one state per
-device id, in a :class:`Fleet`).
+One file may be shared by several processes of a device (an app and its background
+service, a restarted process while the old one still runs), and the rule holds across
+them as it holds in one: every read-modify-write of the file (:meth:`DeviceState.locked`,
+and every rule method) holds the file's exclusive lock (:mod:`kvldp.producer.file_lock`),
+reads the file again, applies the rule to what is on disk, writes and only then lets the
+next process in. Otherwise two processes would each decide from their own copy and each
+send (two reports in one period, a cap passed twice over), and the last write would
+forget the other's spend. The file and its secret are created exactly once
+(:func:`kvldp.common.atomic_file.create_once`, under the lock): processes starting together
+all read the one secret, so a memoized state has one payload whoever sends it. A process
+waits for the lock at most ``lock_timeout`` seconds
+(:class:`~kvldp.producer.file_lock.LockTimeout`, nothing spent); a file system that cannot
+lock, or grants locks it does not enforce, is refused (:class:`InvalidDeviceState`).
+
+Without a path the state lives in memory only. A gateway or simulator keeps one state per
+device id it reports for in a :class:`Fleet`: in memory, or one file per device in a
+directory, each shared and locked the same way.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+import hashlib
 import math
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgpack
 
-from kvldp.common.atomic_file import write_atomically
+from kvldp.common.atomic_file import create_once, write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
 from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
-from kvldp.common.path_checks import UnusablePath, writable_file
+from kvldp.common.path_checks import UnusablePath, writable_directory, writable_file
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
 from kvldp.common.schema import Report
+from kvldp.producer.file_lock import LOCK_TIMEOUT_S, CannotLock, FileLock
 
 FORMAT = "kvldp-device-state"
 VERSION = 3
@@ -59,11 +79,16 @@ _FIELDS = {
     2: _V1_FIELDS | {"rounds"},
     3: _V1_FIELDS | {"rounds", "budget_window", "budget_used"},
 }
+#: what a state file holds of a device, besides its format and collection
+_KEPT = ("device_id", "secret", "charged", "last_period", "memo", "rounds", "budget_window", "budget_used")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class InvalidDeviceState(KvldpError):
     """A device state file cannot be used (corrupt, another format, another collection,
-    or not writable)."""
+    not writable, or on a file system that cannot lock it)."""
 
 
 class ReportStatus(enum.Enum):
@@ -73,10 +98,12 @@ class ReportStatus(enum.Enum):
     SENT = "sent"
     #: the stored payload of an already reported state was sent again; it cost nothing
     RESENT = "resent"
-    #: not sent: the device already reported in this ``report_period``
+    #: not sent: the device already reported in this ``report_period``, or in a later one (a
+    #: process sharing the state file with a later clock, or a clock set back)
     SKIPPED_PERIOD = "skipped_period"
     #: not sent, nothing spent: the device already sent ``aggregate.max_reports_per_device``
-    #: reports in this ``budget_window``, and the aggregator would refuse it (``budget_exceeded``)
+    #: reports in this ``budget_window``, and the aggregator would refuse it (``budget_exceeded``);
+    #: or its count moved on to a later window, so this one's count is not known
     SKIPPED_BUDGET = "skipped_budget"
     #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
     #: :class:`kvldp.common.privacy.PrivacyBudgetExhausted` instead of returning this)
@@ -118,6 +145,35 @@ def period_of(collection: Collection, ts_ms: int) -> int | None:
     return None if period_s is None else ts_ms // (period_s * 1000)
 
 
+def _exclusive(
+    method: Callable[Concatenate[DeviceState, P], R],
+) -> Callable[Concatenate[DeviceState, P], R]:
+    """A rule method applied to what the state file holds, under its lock
+    (:meth:`DeviceState.locked`)."""
+
+    @functools.wraps(method)
+    def under_lock(state: DeviceState, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        with state.locked():
+            return method(state, *args, **kwargs)
+
+    return under_lock
+
+
+@contextmanager
+def _holding(path: Path, timeout: float, verify: bool = False) -> Iterator[None]:
+    """Hold the lock of the state file ``path`` (:class:`~kvldp.producer.file_lock.FileLock`);
+    a file system that cannot keep it is an :class:`InvalidDeviceState`."""
+    lock = FileLock(path, f"device state {path}")
+    try:
+        lock.acquire(timeout, verify)
+    except CannotLock as exc:
+        raise InvalidDeviceState(str(exc)) from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 @dataclass
 class DeviceState:
     """One device's secret, memo table and ledger for one collection."""
@@ -135,12 +191,18 @@ class DeviceState:
     budget_window: int | None = None
     budget_used: int = 0
     path: Path | None = None
+    #: seconds an operation on the file waits for another process holding its lock
+    lock_timeout: float = field(default=LOCK_TIMEOUT_S, repr=False, compare=False)
     #: the rounding offsets, derived from the secret once per device (never written)
     _alpha: FloatArray | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def new(
-        cls, collection: Collection, device_id: str | None = None, path: Path | None = None
+        cls,
+        collection: Collection,
+        device_id: str | None = None,
+        path: Path | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> DeviceState:
         """A fresh state with a new secret (not yet written)."""
         return cls(
@@ -149,39 +211,41 @@ class DeviceState:
             device_id=device_id or uuid.uuid4().hex,
             secret=new_secret(),
             path=path,
+            lock_timeout=lock_timeout,
         )
 
     @classmethod
-    def open(cls, path: str | Path, collection: Collection, device_id: str | None = None) -> DeviceState:
-        """Load the state at ``path``, or create (and write) a new one if there is no file;
-        a path where the state could not be kept is refused first."""
+    def open(
+        cls,
+        path: str | Path,
+        collection: Collection,
+        device_id: str | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> DeviceState:
+        """The state at ``path``, created with a new secret if there is no file: exactly
+        once, however many processes open it at the same moment (they all get the first
+        one's). ``device_id``, when given, is the state's id (written if the file held
+        another). A path where the state could not be kept is refused first, and so is a
+        file system whose locks do not hold; another process holding the lock for longer
+        than ``lock_timeout`` seconds raises :class:`~kvldp.producer.file_lock.LockTimeout`."""
         try:
             path = writable_file(path, "device state")
         except UnusablePath as exc:
             raise InvalidDeviceState(str(exc)) from None
-        if path.exists():
-            return cls.load(path, collection)
-        state = cls.new(collection, device_id, path)
-        state.save()
+        state = cls.new(collection, device_id, path, lock_timeout)
+        with _holding(path, lock_timeout, verify=True):
+            if path.exists() or not state._create():
+                state.refresh()
+                if device_id and device_id != state.device_id:
+                    state.device_id = device_id
+                    state.save()
         return state
 
     @classmethod
     def load(cls, path: Path, collection: Collection) -> DeviceState:
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise InvalidDeviceState(f"device state {path}: cannot read it ({exc.strerror})") from None
-        try:
-            obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
-        except Exception:
-            raise InvalidDeviceState(f"device state {path}: not a kvldp device state (undecodable)") from None
-        state = _from_obj(obj, path)
-        if state.collection != collection.name or state.digest != collection.digest:
-            raise InvalidDeviceState(
-                f"device state {path} belongs to collection {state.collection!r} "
-                f"(digest {state.digest:08x}), not {collection.name!r} (digest {collection.digest:08x})"
-            )
-        return state
+        """The state in the file ``path``, read without its lock (a write replaces the file
+        whole, so a read sees one whole state)."""
+        return _read(path, collection.name, collection.digest)
 
     def to_bytes(self) -> bytes:
         obj = {
@@ -189,23 +253,46 @@ class DeviceState:
             "version": VERSION,
             "collection": self.collection,
             "digest": self.digest,
-            "device_id": self.device_id,
-            "secret": self.secret,
-            "charged": self.charged,
-            "last_period": self.last_period,
-            "memo": self.memo,
-            "rounds": self.rounds,
-            "budget_window": self.budget_window,
-            "budget_used": self.budget_used,
+            **{name: getattr(self, name) for name in _KEPT},
         }
         return bytes(msgpack.packb(obj, use_bin_type=True))
 
-    def save(self) -> None:
-        """Write the state atomically (nothing to do for an in-memory state)."""
+    def refresh(self) -> None:
+        """Read the file again: what every process sharing it spent so far (nothing to do
+        for an in-memory state)."""
         if self.path is None:
             return
+        on_disk = _read(self.path, self.collection, self.digest)
+        if on_disk.secret != self.secret:
+            self._alpha = None
+        for name in _KEPT:
+            setattr(self, name, getattr(on_disk, name))
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the file's lock for a read-modify-write, the state read again first (another
+        process may have changed it); the body saves what it changes. An in-memory state
+        has nothing to hold."""
+        if self.path is None:
+            yield
+            return
+        with _holding(self.path, self.lock_timeout):
+            self.refresh()
+            yield
+
+    def save(self) -> None:
+        """Write the state atomically (nothing to do for an in-memory state)."""
+        if self.path is not None:
+            self._write(write_atomically)
+
+    def _create(self) -> bool:
+        """Write the file if nothing holds its name yet; whether this call created it."""
+        return self._write(create_once)
+
+    def _write(self, how: Callable[[Path, bytes, int], R]) -> R:
+        assert self.path is not None
         try:
-            write_atomically(self.path, self.to_bytes(), mode=0o600)  # 0600: the file holds the secret
+            return how(self.path, self.to_bytes(), 0o600)  # 0600: the file holds the secret
         except OSError as exc:
             raise InvalidDeviceState(f"device state {self.path}: cannot write it ({exc.strerror})") from None
 
@@ -222,13 +309,23 @@ class DeviceState:
         cap = collection.privacy.lifetime_epsilon
         return math.inf if cap is None else max(0.0, cap - self.spent(collection))
 
+    def _reported_since(self, period: int | None) -> bool:
+        """Whether the device reported in report period ``period`` or a later one (None: no
+        ``report_period``). A later one happens when another process sharing the file took
+        the lock first with a later clock, or when the clock was set back; refusing it too
+        keeps the periods of the reports sent strictly increasing, so never two in one."""
+        return period is not None and self.last_period is not None and period <= self.last_period
+
     def _over_budget(self, collection: Collection, window: int | None) -> bool:
-        """Whether the aggregator would refuse one more report in budget window ``window``
-        (None: the device mirrors no budget)."""
+        """Whether the aggregator may refuse one more report in budget window ``window``
+        (None: the device mirrors no budget): the window is full, or earlier than the one
+        counted (another process, or a clock set back, moved the count on)."""
+        if window is None or self.budget_window is None:
+            return False
+        if window < self.budget_window:
+            return True
         return (
-            window is not None
-            and window == self.budget_window
-            and self.budget_used >= collection.aggregate.max_reports_per_device
+            window == self.budget_window and self.budget_used >= collection.aggregate.max_reports_per_device
         )
 
     def _count_sent(self, window: int | None) -> None:
@@ -239,6 +336,7 @@ class DeviceState:
             self.budget_window, self.budget_used = window, 0
         self.budget_used += 1
 
+    @_exclusive
     def memoized(
         self,
         collection: Collection,
@@ -251,7 +349,7 @@ class DeviceState:
         at report period ``period`` and budget window ``window`` (:func:`budget_window_of`);
         returns the status and the payload to send (None when nothing is sent). A spend is
         written before this returns."""
-        if period is not None and period == self.last_period:
+        if self._reported_since(period):
             return ReportStatus.SKIPPED_PERIOD, None
         if self._over_budget(collection, window):
             return ReportStatus.SKIPPED_BUDGET, None
@@ -277,6 +375,7 @@ class DeviceState:
         self.save()
         return ReportStatus.SENT, report
 
+    @_exclusive
     def round_report(self, collection: Collection, round_index: int) -> ReportStatus:
         """Apply the rule to a report in round ``round_index`` of an interactive collection:
         SENT means the round's epsilon is written as spent and the caller may perturb and
@@ -292,11 +391,12 @@ class DeviceState:
         self.save()
         return ReportStatus.SENT
 
+    @_exclusive
     def fresh(self, collection: Collection, period: int | None, window: int | None = None) -> ReportStatus:
         """Apply the rule to a report perturbed afresh (no memoization) at report period
         ``period`` and budget window ``window``: SENT means the spend is written and the
         caller may perturb and send."""
-        if period is not None and period == self.last_period:
+        if self._reported_since(period):
             return ReportStatus.SKIPPED_PERIOD
         if self._over_budget(collection, window):
             return ReportStatus.SKIPPED_BUDGET
@@ -307,6 +407,32 @@ class DeviceState:
         self._count_sent(window)
         self.save()
         return ReportStatus.SENT
+
+    @_exclusive
+    def charge(self, reports: int) -> None:
+        """Count ``reports`` reports sent without a rule to apply (a collection without a
+        ``[privacy]`` table): each still costs epsilon."""
+        self.charged += reports
+        self.save()
+
+
+def _read(path: Path, collection: str, digest: int) -> DeviceState:
+    """The state in the file ``path``, which must belong to ``collection`` at ``digest``."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InvalidDeviceState(f"device state {path}: cannot read it ({exc.strerror})") from None
+    try:
+        obj = msgpack.unpackb(data, raw=False, strict_map_key=True)
+    except Exception:
+        raise InvalidDeviceState(f"device state {path}: not a kvldp device state (undecodable)") from None
+    state = _from_obj(obj, path)
+    if state.collection != collection or state.digest != digest:
+        raise InvalidDeviceState(
+            f"device state {path} belongs to collection {state.collection!r} "
+            f"(digest {state.digest:08x}), not {collection!r} (digest {digest:08x})"
+        )
+    return state
 
 
 def _from_obj(obj: Any, path: Path) -> DeviceState:
@@ -396,14 +522,58 @@ class FleetSummary:
 
 
 class Fleet:
-    """In-memory device states by device id (the Kafka key), each with its own secret."""
+    """Device states by device id (the Kafka key), each with its own secret: in memory, or
+    with a ``directory`` one state file per device there (:meth:`path_of`), shared and
+    locked like any state file, so that processes reporting for the same devices keep one
+    account per device (the directory is created if missing)."""
 
-    def __init__(self, collection: Collection) -> None:
+    def __init__(
+        self,
+        collection: Collection,
+        directory: str | Path | None = None,
+        lock_timeout: float = LOCK_TIMEOUT_S,
+    ) -> None:
         self.collection = collection
+        self.directory = None if directory is None else _state_directory(directory)
+        self.lock_timeout = lock_timeout
+        #: the states used so far, by key
         self.states: dict[bytes, DeviceState] = {}
 
+    def path_of(self, key: bytes) -> Path | None:
+        """The state file of the device ``key`` (None in memory): named for the collection
+        and the SHA-256 of the key, safe whatever the id holds; the id is in the file."""
+        if self.directory is None:
+            return None
+        return self.directory / f"{self.collection.name}.{hashlib.sha256(key).hexdigest()}.state"
+
     def state(self, key: bytes) -> DeviceState:
+        """The state of device ``key``, opened (or created) on first use."""
         found = self.states.get(key)
         if found is None:
-            found = self.states[key] = DeviceState.new(self.collection, key.decode(errors="replace"))
+            device_id, path = key.decode(errors="replace"), self.path_of(key)
+            found = self.states[key] = (
+                DeviceState.new(self.collection, device_id)
+                if path is None
+                else DeviceState.open(path, self.collection, device_id, self.lock_timeout)
+            )
         return found
+
+    def known(self, key: bytes) -> DeviceState | None:
+        """The state of device ``key``, read again from its file, if this fleet used it or
+        its file exists (another process made it); else None."""
+        found = self.states.get(key)
+        if found is not None:
+            found.refresh()
+            return found
+        path = self.path_of(key)
+        return self.state(key) if path is not None and path.exists() else None
+
+
+def _state_directory(directory: str | Path) -> Path:
+    """``directory``, created if missing, if state files can be kept in it."""
+    try:
+        path = writable_directory(directory, "device state directory")
+    except UnusablePath as exc:
+        raise InvalidDeviceState(str(exc)) from None
+    path.mkdir(parents=True, exist_ok=True)
+    return path

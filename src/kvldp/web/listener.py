@@ -88,10 +88,14 @@ class Listener:
                 connection.pending_socket.close()
                 self._release(connection)
 
-    async def abort_all(self, timeout: float) -> None:
-        """Cut every connection still open and wait (at most ``timeout``) until they are gone."""
+    def abort_open(self) -> None:
+        """Cut every connection still open (their ends are awaited by :meth:`abort_all`)."""
         for connection in list(self._open.values()):
             connection.abort()
+
+    async def abort_all(self, timeout: float) -> None:
+        """Cut every connection still open and wait (at most ``timeout``) until they are gone."""
+        self.abort_open()
         if self._open:
             self._drained.clear()
             with contextlib.suppress(TimeoutError):

@@ -15,6 +15,7 @@ cuts whatever is still open.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable
 
 from aiohttp import web
@@ -88,10 +89,21 @@ class WebServer:
 
     async def close(self) -> None:
         """Stop accepting, let answers in flight finish (``shutdown_grace``), cut the rest."""
-        if self._listener is not None:
-            await self._listener.stop_accepting()
+        listener = self._listener
+        if listener is not None:
+            await listener.stop_accepting()
         if self._runner is not None:
-            await self._runner.cleanup()
+            # aiohttp gives a handler the grace to finish, then cancels it and waits up to the
+            # grace again (a handler writing to a client that does not read ends only when its
+            # connection does): the connections still open when the grace is over are cut then
+            cut = None
+            if listener is not None:
+                cut = asyncio.get_running_loop().call_later(self.limits.shutdown_grace, listener.abort_open)
+            try:
+                await self._runner.cleanup()
+            finally:
+                if cut is not None:
+                    cut.cancel()
             self._runner = None
         if self._listener is not None:
             await self._listener.abort_all(self.limits.shutdown_grace)

@@ -141,8 +141,10 @@ class ProductSet:
 
 
 # The answers of one query recur in every estimate of every collection: the set algebra
-# below is computed once per set (or pair of sets), as product sets are immutable.
-@functools.lru_cache(maxsize=4096)
+# below is computed once per set (or pair of sets), as product sets are immutable. A set's
+# cells are up to 3^d indices (d <= 10: 472 KB), so at most 256 sets keep theirs (about
+# 120 MB at worst); intersections are a few small tuples each.
+@functools.lru_cache(maxsize=256)
 def _cells(s: ProductSet) -> IntArray:
     index = np.zeros(1, dtype=np.int64)
     for states in s.allowed:
