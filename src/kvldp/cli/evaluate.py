@@ -40,6 +40,14 @@ def register(sub: Subparsers) -> None:
         type=DirectoryToWrite,
         help="output folder of --experiment or --calibration (default: results/NAME/)",
     )
+    p.add_argument(
+        "--instantaneous-share",
+        type=positive_float,
+        metavar="S",
+        help="with --calibration: calibrate the composed channels of instantaneous randomization, "
+        "each mechanism's memoized report at --epsilon randomized again at S times its exact "
+        "per-report level (0 < S < 1)",
+    )
     p.add_argument("--quick", action="store_true", help="--experiment at reduced n and repeats (< 1 minute)")
     p.add_argument(
         "--mechanism", action="append", help=f"one of: {', '.join(names())} (repeatable with --calibration)"
@@ -76,6 +84,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.experiment or args.query or args.quick:
             raise KvldpError("--calibration goes without --experiment, --query and --quick")
         return cmd_calibration(args)
+    if args.instantaneous_share is not None:
+        raise KvldpError("--instantaneous-share goes with --calibration")
     if args.experiment:
         given = [
             f
@@ -157,7 +167,11 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     from kvldp.evaluation.calibration import EPSILONS, calibrate, reference_population
     from kvldp.experiments.calibration_report import CalibrationRow, table, write
 
-    mechanisms = args.mechanism or names()
+    share = args.instantaneous_share
+    if share is not None and not share < 1.0:
+        raise KvldpError(f"--instantaneous-share must lie below 1, got {share:g}")
+    # privkvm is interactive: never memoized, so never randomized again
+    mechanisms = args.mechanism or [n for n in names() if share is None or n != "privkvm"]
     epsilons = args.epsilon or list(EPSILONS)
     repeats = args.repeats or 24
     if repeats < 2:
@@ -187,6 +201,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         population = populations[dataset, users, keys].users
         for epsilon in epsilons:
             mech = create(name, keys, epsilon, **params)
+            if share is not None:
+                mech = mech.composed(share * mech.claimed_epsilon())
             for estimator in estimators:
                 result = calibrate(mech, estimator, population, repeats, args.seed, not args.json)
                 rows.append(CalibrationRow(result, dataset, population.n_users, keys))
@@ -196,6 +212,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
             for flag in ("mechanism", "estimator", "epsilon")
             for value in getattr(args, flag) or []
         )
+        if share is not None:
+            command += f" --instantaneous-share {share:g}"
         paths = write(rows, Path(args.out), command)
         emit(
             {"calibration": len(rows), "files": [str(p) for p in paths]},
