@@ -38,6 +38,7 @@ import numpy as np
 from kvldp.common.aggregate_config import AggregateConfig
 from kvldp.common.collection_fields import InvalidCollection
 from kvldp.common.conditional import ConditionalQuery, InvalidQuery, parse_query
+from kvldp.common.instantaneous import InstantaneousRandomizer
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.ioh import JointStateMechanism
 from kvldp.common.primitives import FloatArray
@@ -111,6 +112,14 @@ class Collection:
         the composed channel's; otherwise the device's mechanism itself."""
         eps1 = self.privacy.instantaneous_epsilon
         return self.mechanism if eps1 is None else self.mechanism.composed(eps1)
+
+    @property
+    def instantaneous_randomizer(self) -> InstantaneousRandomizer | None:
+        """The randomizer a device applies to every send of its memoized report (None
+        without ``privacy.instantaneous_epsilon``): the second half of
+        :attr:`estimation_mechanism`."""
+        composition = self.estimation_mechanism.composition
+        return None if composition is None else composition.randomizer
 
     def conditional_queries(self) -> list[ConditionalQuery]:
         """The conditional queries to export: the parsed ``aggregate.conditions``, where
