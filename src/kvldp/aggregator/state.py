@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.aggregator.dedup import RecentIds
-from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction
+from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction, epsilon_per_charge
 from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.round_state import RoundBook, RoundState
@@ -194,7 +194,9 @@ class AggregatorState:
         return total
 
     def device_spent(self) -> NDArray[np.float64]:
-        """Epsilon spent by every device seen (collections that keep a device or round book)."""
+        """Epsilon spent by every device seen (collections that keep a device or round book);
+        with instantaneous randomization an upper bound of it, the device's reports times
+        the per-send bound (:mod:`kvldp.aggregator.devices`)."""
         if self.rounds is not None:
             mech = interactive_mechanism(self.collection)
             costs = np.array([mech.round_epsilon(r) for r in range(mech.rounds)])
@@ -202,7 +204,8 @@ class AggregatorState:
                 [np.zeros(0), *(s.round_book.spent(costs) for s in self.partitions.values())]
             )
         charged = [s.book.charged for s in self.partitions.values()]
-        return self.collection.epsilon * np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
+        counts = np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
+        return epsilon_per_charge(self.collection) * counts
 
     @property
     def reports_total(self) -> int:

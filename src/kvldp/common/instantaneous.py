@@ -30,6 +30,14 @@ Three kinds of output, one implementation each:
 What one send reveals about the memoized report itself is the randomizer's own LDP level
 on its input, coordinates x ln(p1/q1) (:attr:`InstantaneousRandomizer.epsilon_on_output`):
 two reports that differ in h coordinates are told apart at most at h ln(p1/q1).
+
+The n sends of one state are not n independent eps1-LDP releases: they randomize one
+memoized report, so a send is eps1-LDP on its own but not given the sends before it, and
+n sends can reveal more than n eps1 (:func:`epsilon_per_send_bound` has an example). What
+does hold: n sends reveal at most min(eps_inf, eps1 + (n - 1) eps_out), the first send eps1
+and each later one at most eps_out given those before it (a mixture of the randomizer's
+rows); so a device that sent R reports, however they fall into states, revealed at most R
+times :func:`epsilon_per_send_bound`.
 """
 
 from __future__ import annotations
@@ -209,6 +217,11 @@ class InstantaneousRandomizer:
         k = self.output.size
         return self.output.coords * math.log1p(k * self.contrast / (1.0 - self.contrast))
 
+    def send_bound(self, state_epsilon: float) -> float:
+        """What each send reveals at most, averaged over the sends of any state, when the
+        memoized report is ``state_epsilon``-LDP (:func:`epsilon_per_send_bound`)."""
+        return epsilon_per_send_bound(state_epsilon, self.epsilon_per_report, self.epsilon_on_output)
+
     def randomize(self, batch: ReportBatch, rng: np.random.Generator) -> ReportBatch:
         """The batch with its output fields randomized (fresh draws from ``rng``); every
         other column, the public fields included, is the batch's own."""
@@ -252,3 +265,25 @@ def max_log_ratio_of(channel: NDArray[np.float64]) -> float:
     channel with positive entries."""
     logs = np.log(channel)
     return float(np.max(logs.max(axis=1) - logs.min(axis=1)))
+
+
+def epsilon_per_send_bound(state_epsilon: float, per_report: float, on_output: float) -> float:
+    """c = max over n >= 1 of min(eps_inf, eps1 + (n - 1) eps_out) / n: n sends of one state
+    reveal at most n c, so R sends of a device, in any number of states, at most R c.
+
+    ``state_epsilon`` is eps_inf (the memoized report's level), ``per_report`` eps1 (one
+    send's), ``on_output`` eps_out (the randomizer's on the memoized report, >= eps1). The
+    bound n eps1 does not hold: for GRR over 5 items at eps_inf = 1, eps1 = 0.1, two sends
+    of one state reveal 0.2116 exactly. For n >= 2 the ratio is at most eps_inf / n, so c <=
+    max(eps1, eps_inf / 2): c is eps1 when eps_inf <= 2 eps1, and max(eps1, eps_inf / 2)
+    whenever eps_out >= eps_inf - eps1.
+
+    The numerator grows by eps_out per send until it reaches eps_inf at n* = 1 + (eps_inf -
+    eps1) / eps_out; below n* the ratio increases (eps_out >= eps1), above it eps_inf / n
+    decreases, so the maximum is at n = 1, floor(n*) or ceil(n*)."""
+
+    def average(n: int) -> float:
+        return min(state_epsilon, per_report + (n - 1) * on_output) / n
+
+    crossing = 1.0 + max(0.0, state_epsilon - per_report) / on_output
+    return max(average(1), average(max(1, math.floor(crossing))), average(max(1, math.ceil(crossing))))
