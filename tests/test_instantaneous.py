@@ -25,7 +25,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kvldp.aggregator.devices import epsilon_per_charge
 from kvldp.cli import main
+from kvldp.common.collection_file import load_collection
 from kvldp.common.instantaneous import (
     BitsOutput,
     SymbolOutput,
@@ -340,3 +342,32 @@ def test_audit_of_a_collection_states_eps1_per_report_and_eps_per_state(
     assert (
         "epsilon 0.5 per report and 2 per state" in first and "audits per report ok and per state ok" in first
     )
+
+
+def test_audit_per_window_of_a_collection_is_the_limit_times_the_per_send_bound(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With max_reports_per_device, the per_window figure of an instantaneous collection is
+    the limit x c, the per-send bound the aggregator's device book charges each report,
+    below the limit x eps of the memoized report, with its explanation."""
+    path = tmp_path / "window.toml"
+    path.write_text(
+        'name = "window"\nmechanism = "grr"\nepsilon = 3.0\nkey_count = 6\nvalue_range = [0.0, 1.0]\n'
+        '[aggregate]\nmax_reports_per_device = 10\nbudget_window = "1d"\n'
+        "[privacy]\nmemoize = true\ninstantaneous_epsilon = 1.0\n"
+    )
+    collection = load_collection(path)
+    randomizer = collection.instantaneous_randomizer
+    assert randomizer is not None
+    c = randomizer.send_bound(3.0)
+    assert c == epsilon_per_charge(collection) and 1.0 < c < 3.0
+    assert main(["audit", "--collection", str(path), "--reports", "100", "--json"]) == 0
+    window = json.loads(capsys.readouterr().out)["epsilon"]["per_window"]
+    assert window["epsilon"] == pytest.approx(10 * c) and window["epsilon"] < 10 * 3.0
+    assert "max_reports_per_device = 10 per budget_window" in window["rule"]
+    assert f"per-send bound c = {c:g}" in window["rule"] and "at most 10 x c" in window["rule"]
+    assert "memoized re-sends are free" not in window["rule"]
+    assert "c by the device" in window["kept_by"] and window["horizon"] == "one budget_window (1d)"
+    assert main(["audit", "--collection", str(path), "--reports", "100"]) == 0
+    (line,) = [s for s in capsys.readouterr().out.splitlines() if s.startswith("  per_window:")]
+    assert line.startswith(f"  per_window: epsilon {10 * c:g} over one budget_window (1d).")

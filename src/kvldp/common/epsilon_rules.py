@@ -41,7 +41,10 @@ class EpsilonFigure:
 
 
 def _window_figure(collection: Collection) -> EpsilonFigure | None:
-    """The most a device spends per window of time, when a rule limits its reports per window."""
+    """The most a device spends per window of time, when a rule limits its reports per window:
+    per budget_window, the limit x epsilon, or with instantaneous randomization the limit x
+    the per-send bound c (:meth:`~kvldp.common.instantaneous.InstantaneousRandomizer.send_bound`,
+    what the aggregator's device book charges each report), never more than the limit x epsilon."""
     aggregate, privacy = collection.aggregate, collection.privacy
     limit = aggregate.max_reports_per_device
     if not limit:
@@ -55,11 +58,31 @@ def _window_figure(collection: Collection) -> EpsilonFigure | None:
             "the device (SKIPPED_PERIOD) and the aggregator's ledger (budget_exceeded)",
             f"one report_period ({format_duration(privacy.report_period_s)})",
         )
+    rule = f"[aggregate] max_reports_per_device = {limit} per budget_window"
+    kept_by = (
+        "the aggregator's ledger (budget_exceeded); the SDK mirrors it in the device's state (SKIPPED_BUDGET)"
+    )
+    randomizer = collection.instantaneous_randomizer
+    if randomizer is None:
+        epsilon, rule = collection.epsilon * limit, rule + at_most
+    else:
+        # what the device book charges each report (kvldp.aggregator.devices.epsilon_per_charge)
+        per_send = randomizer.send_bound(collection.epsilon)
+        epsilon = limit * per_send
+        rule += (
+            f"; every send randomized again ([privacy] instantaneous_epsilon), so each report "
+            f"reveals at most the per-send bound c = {per_send:g} = max over n of "
+            f"min(eps_inf, eps1 + (n - 1) eps_out) / n (eps_inf = {collection.epsilon:g} per state, "
+            f"eps1 = {randomizer.epsilon_per_report:g} per send, eps_out = "
+            f"{randomizer.epsilon_on_output:g} the randomizer's own): n sends of one state reveal "
+            f"at most n c, so {limit} reports, however they fall into states, at most {limit} x c"
+        )
+        kept_by += "; c by the device, which randomizes every send again before sending it"
     return EpsilonFigure(
         "per_window",
-        collection.epsilon * limit,
-        f"[aggregate] max_reports_per_device = {limit} per budget_window{at_most}",
-        "the aggregator's ledger (budget_exceeded); the SDK mirrors it in the device's state (SKIPPED_BUDGET)",
+        epsilon,
+        rule,
+        kept_by,
         f"one budget_window ({format_duration(aggregate.budget_window_s)})",
     )
 
