@@ -1,8 +1,9 @@
 """What an observer of one device's payload stream learns about when its state changed.
 
 A device re-sends the memoized report z of its state (:mod:`kvldp.common.memo`) at every
-send; its state changes once, to one whose memoized report is z', after ``m`` sends, and
-``m`` more follow. Without instantaneous randomization the payloads are z, ..., z, z', ...:
+send; over 2m sends its state changes once, to one whose memoized report is z', at a
+send tau drawn uniformly from 1 .. 2m - 1 (m sends before the change and m after, on
+average). Without instantaneous randomization the payloads are z, ..., z, z', ...:
 the first payload that differs gives the change time exactly, and a change goes unseen
 only when z' = z by chance (:func:`chance_equal_payloads`). With it every send is the
 randomizer applied afresh to z or z' (public fields permanent per device), and the
@@ -150,13 +151,14 @@ def chance_equal_payloads(mechanism: Mechanism, old: KVData, new: KVData, seed: 
 @dataclass(frozen=True)
 class Streams:
     """Randomized payload streams of ``devices`` devices, as coordinates: ``changed``
-    (devices, 2m, C) switch from z to z' after m sends, ``unchanged`` keep z throughout."""
+    (devices, 2m, C) switch from z to z' at send ``change`` (devices,), ``unchanged`` keep
+    z throughout."""
 
     changed: IntArray
     unchanged: IntArray
     old: IntArray  # (devices, C): z
     new: IntArray  # (devices, C): z'
-    sends: int  # m, the sends before (and after) the change
+    change: IntArray  # tau in 1 .. 2m - 1: the first send of the new state
 
 
 def streams(
@@ -166,11 +168,13 @@ def streams(
     sends: int,
     rng: np.random.Generator,
 ) -> Streams:
-    """Every device's 2m sends, randomized afresh by ``randomizer`` (the change after m)."""
+    """Every device's 2m sends, randomized afresh by ``randomizer``, the change at a
+    uniform send tau in 1 .. 2m - 1."""
     n = next(iter(old.values())).shape[0]
     length = 2 * sends
+    change: IntArray = np.asarray(rng.integers(1, length, size=n), dtype=np.int64)
     device = np.repeat(np.arange(n), length)
-    after = np.tile(np.arange(length) >= sends, n)
+    after = (np.arange(length)[None, :] >= change[:, None]).reshape(-1)
     both = {name: np.concatenate([old[name], new[name]]) for name in old}
     changed = randomizer.randomize(_take(both, device + n * after), rng)
     unchanged = randomizer.randomize(_take(old, device), rng)
@@ -181,7 +185,7 @@ def streams(
         unchanged=coordinates(output, unchanged).reshape(shape),
         old=coordinates(output, old),
         new=coordinates(output, new),
-        sends=sends,
+        change=change,
     )
 
 
@@ -244,17 +248,19 @@ class Detection:
 
 
 def detect(
-    changed: FloatArray, unchanged: FloatArray, sends: int, alpha: float, rng: np.random.Generator
+    changed: FloatArray, unchanged: FloatArray, change: IntArray, alpha: float, rng: np.random.Generator
 ) -> Detection:
     """Score changed and unchanged streams from their per-split log-likelihood ratios: the
     statistic is their mean over splits (the Bayes factor of a uniform change time),
     thresholded at the unchanged streams' 1 - alpha quantile (ties broken at random, a
-    randomized test); the change is located at the split of largest ratio."""
+    randomized test); the change is located at the split of largest ratio (ties broken at
+    random: every such split is a most likely one)."""
     jitter = 1e-9
     stat_changed = _logmeanexp(changed, 1) + jitter * rng.random(changed.shape[0])
     stat_unchanged = _logmeanexp(unchanged, 1) + jitter * rng.random(unchanged.shape[0])
     threshold = float(np.quantile(stat_unchanged, 1.0 - alpha, method="higher"))
-    located = np.abs(np.argmax(changed, axis=1) + 1 - sends) <= 1
+    guess = np.argmax(changed + jitter * rng.random(changed.shape), axis=1) + 1
+    located = np.abs(guess - change) <= 1
     return Detection(
         detection=float(np.mean(stat_changed > threshold)),
         false_positive=float(np.mean(stat_unchanged > threshold)),
@@ -262,7 +268,7 @@ def detect(
     )
 
 
-def testing_bound(levels: FloatArray, alpha: float) -> float:
+def detection_bound(levels: FloatArray, alpha: float) -> float:
     """The largest detection rate at false-positive rate ``alpha`` of any test of a change
     over devices (equally likely) whose changed and unchanged streams have likelihood
     ratios within e^+-levels[i]. Per device the rates obey T <= min(e^l F, 1 - e^-l (1 - F)):

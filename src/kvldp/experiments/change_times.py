@@ -2,15 +2,16 @@
 
 Per mechanism at eps_inf = 8 (the memoized report's epsilon): devices whose state changes
 once, to another member's of the population (:func:`kvldp.evaluation.change_detection.changed_state_pairs`),
-after m sends, and m sends more; and devices whose state never changes. Without
+at a uniform send of 2m (m before and m after on average); and devices whose state never
+changes. Without
 instantaneous randomization the first new payload gives the change time exactly, unless
 the two memoized reports are equal by chance. With it, at eps1 in {1, 2, 4}, two
 observers test every stream by their likelihood ratio (the oracle, who knows both
 memoized reports, and the server, who knows the population's marginals; see
 :mod:`kvldp.evaluation.change_detection`): detection rate at a 5% false-positive rate,
 and the share of changes located within one send. Beside them, the bound any test obeys
-for a device whose memoized reports differ in h coordinates: m sends after the change
-are within e^(m h ln(p_I/q_I)) of m sends without it.
+for a device whose memoized reports differ in h coordinates: the k sends after the change
+are within e^(k h ln(p_I/q_I)) of k sends without it.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ from kvldp.evaluation.change_detection import (
     changed_state_pairs,
     coordinates,
     detect,
+    detection_bound,
     marginal_prior,
     memoized_pair,
     oracle_llr,
     server_llr,
     streams,
-    testing_bound,
 )
 from kvldp.experiments.model import Row
 from kvldp.experiments.study import NO_PLOTS, Study, pyplot
@@ -96,7 +97,7 @@ def run(quick: bool, seed: int = 0, show_progress: bool = True) -> list[Row]:
                 differ = np.sum(z != z2, axis=1)
                 for m in sends:
                     s = streams(randomizer, first, second, m, rng)
-                    bound = testing_bound(m * ratio * differ.astype(np.float64), ALPHA)
+                    bound = detection_bound((2 * m - s.change) * ratio * differ.astype(np.float64), ALPHA)
                     common = {
                         **base,
                         "epsilon_report": eps1,
@@ -120,7 +121,7 @@ def run(quick: bool, seed: int = 0, show_progress: bool = True) -> list[Row]:
                             server_llr(randomizer, s.unchanged, prior),
                         ),
                     ):
-                        found = detect(changed, unchanged, m, ALPHA, rng)
+                        found = detect(changed, unchanged, s.change, ALPHA, rng)
                         rows.append(
                             {
                                 **common,
@@ -156,9 +157,9 @@ def body(rows: list[Row], out: Path) -> tuple[list[str], list[Path]]:
     lines += [
         "",
         f"With the option: detection rate at a {ALPHA:.0%} false-positive rate, oracle / server "
-        "(located within one send, oracle / server), m sends before and m after the change; "
-        "bound: the largest detection rate any test can reach when each device's m sends after the "
-        "change are within e^(m h ln(p_I/q_I)) of m sends without it (h = coordinates in which its "
+        "(located within one send, oracle / server), 2m sends with the change at a uniform one; "
+        "bound: the largest detection rate any test can reach when each device's k sends after the "
+        "change are within e^(k h ln(p_I/q_I)) of k sends without it (h = coordinates in which its "
         "two memoized reports differ); "
         "h = 0: the share of changes that leave the memoized report's randomized fields as they were.",
         "",
@@ -209,8 +210,10 @@ def body(rows: list[Row], out: Path) -> tuple[list[str], list[Path]]:
                 ax.axhline(ALPHA, color="grey", lw=0.8, ls=":")
                 ax.set_title(name, fontsize=9)
             ax.set_xscale("log", base=2)
+            sends = sorted({r["sends"] for r in with_option})
+            ax.set_xticks(sends, [str(m) for m in sends])
             ax.set_ylim(0.0, 1.02)
-            ax.set_xlabel("m sends before and after")
+            ax.set_xlabel("m (2m sends)")
             ax.grid(True, alpha=0.25)
         axes[0][col].set_ylabel("detection at 5% FPR" if col == 0 else "")
         axes[1][col].set_ylabel("located within 1 send" if col == 0 else "")
@@ -227,9 +230,9 @@ STUDY = Study(
     title="what a payload stream reveals of a state change, with and without instantaneous randomization",
     source="kvldp (docs/privacy.md, *What an observer learns about a change time*)",
     notes=f"""
-A device sends m reports of one state, its state changes to another member's of the
-population (`gaussian_pckv` for the frequency oracles and PCKV-UE, `gaussian` for KVUE
-and PrivKV, d = 50), and it sends m reports more; other devices never change. Every
+A device sends 2m reports; at a uniformly random one of them (m before and m after on
+average) its state changes to another member's of the population (`gaussian_pckv` for the frequency oracles and PCKV-UE, `gaussian` for KVUE
+and PrivKV, d = 50); other devices never change. Every
 memoized report is at ε∞ = {STATE_EPSILON:g}. Without the option the observer compares
 payloads. With it every send is the instantaneous randomizer applied afresh (public
 fields permanent per device), and two observers score a stream by the likelihood ratio
@@ -238,8 +241,8 @@ reports, which no server does, so its test is the most powerful for what it know
 bounds the server's; the *server* knows the population's per-coordinate marginals of a
 memoized report (exact for one-symbol reports, coordinates taken as independent for
 vectors). Thresholds are set on the unchanged devices for a {ALPHA:.0%} false-positive
-rate (ties broken at random); the change time is the split of largest likelihood. With
-m = 1 there is one split, so a detected change is located by construction.
+rate (ties broken at random); the change time is the split of largest likelihood, and
+*located* is the share of changes it finds within one send (every split is, for m = 1).
 """,
     run=run,
     body=body,

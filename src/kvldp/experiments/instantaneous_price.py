@@ -68,6 +68,8 @@ def run(quick: bool, seed: int = 0, show_progress: bool = True) -> list[Row]:
                 device = create(name, KEYS, eps_inf)
                 without = _mse(device, data, repeats, seed)
                 for eps1 in report_epsilons:
+                    if not eps1 < eps_inf:  # a collection refuses eps1 not below its epsilon
+                        continue
                     try:
                         composed = device.composed(eps1)
                     except InvalidParameter:  # eps1 at or above the exact per-report level
@@ -145,12 +147,15 @@ def body(rows: list[Row], out: Path) -> tuple[list[str], list[Path]]:
             predicted = [r[f"price_{quantity}"] for r in mine]
             if not all(v == v for v in predicted):
                 continue
-            style = "-" if key[1] == max(r["epsilon_state"] for r in rows) else "--"
-            (line,) = ax.plot(xs, predicted, style, marker="o", ms=3, label=f"{key[0]}, ε∞={key[1]:g}")
+            style = "-" if key[1] == max(r["epsilon_state"] for r in rows) else "--"  # ε∞ = 4 dashed
+            color = f"C{MECHANISMS.index(key[0])}"
+            ax.plot(xs, predicted, style, color=color, marker="o", ms=3, label=f"{key[0]}, ε∞={key[1]:g}")
             simulated = [r[f"simulated_price_{quantity}"] for r in mine]
-            ax.plot(xs, simulated, "x", color=line.get_color(), ms=5)
+            ax.plot(xs, simulated, "x", color=color, ms=5)
         ax.set_yscale("log")
         ax.set_xscale("log", base=2)
+        epsilons = sorted({r["epsilon_report"] for r in rows})
+        ax.set_xticks(epsilons, [f"{e:g}" for e in epsilons])
         ax.set_xlabel("ε_I (per report)")
         ax.set_ylabel("MSE with / without")
         ax.set_title(f"price on {label} (line: predicted, x: simulated)", fontsize=9)
