@@ -68,6 +68,7 @@ def test_the_bound_every_test_obeys() -> None:
     knee = 1 / (math.exp(3.0) + 1)
     assert mixed == pytest.approx(0.5 * math.exp(3.0) * knee + (0.05 - 0.5 * knee))
     assert detection_bound(np.full(3, 50.0), 0.05) == 1.0
+    assert detection_bound(np.array([0.0, 5_000.0]), 0.05) == pytest.approx(0.5 + 0.05)
 
 
 def test_state_pairs_differ_and_share_public_fields_when_permanent() -> None:

@@ -46,6 +46,8 @@ from kvldp.common.schema import ReportBatch
 
 #: devices scored per block (bounds the (devices, splits, coordinates, values) arrays)
 _BLOCK = 256
+#: levels above it change no bound (e^-700 is below any rate), and e^700 stays finite
+_LARGEST_LEVEL = 700.0
 
 
 def coordinates(output: RandomizedOutput, batch: ReportBatch) -> IntArray:
@@ -275,6 +277,7 @@ def detection_bound(levels: FloatArray, alpha: float) -> float:
     slope e^l up to F = 1/(e^l + 1), then e^-l; the best test spends its false positives
     on the steepest pieces first."""
     n = levels.shape[0]
+    levels = np.minimum(levels, _LARGEST_LEVEL)
     knee = 1.0 / (np.exp(levels) + 1.0)
     slopes = np.concatenate([np.exp(levels), np.exp(-levels)])
     widths = np.concatenate([knee, 1.0 - knee]) / n
