@@ -28,7 +28,10 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "evaluate", help="simulate, perturb, fold, estimate and score against the truth (or a paper's grid)"
     )
-    p.add_argument("--experiment", help="run a paper's whole grid (see docs/results/README.md)")
+    p.add_argument(
+        "--experiment",
+        help="run a paper's whole grid, or one of kvldp's studies (see docs/results/README.md)",
+    )
     p.add_argument(
         "--calibration",
         action="store_true",
