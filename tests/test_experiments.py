@@ -176,6 +176,7 @@ def _study_rows(name: str, out: Path) -> list[dict[str, str]]:
     return rows
 
 
+@pytest.mark.slow
 def test_instantaneous_price_quick(tmp_path: Path) -> None:
     """With the option the composed channel's predicted MSE is at least the memoized
     report's (a randomizer only adds noise), and the simulated frequency MSE agrees with the
@@ -194,6 +195,7 @@ def test_instantaneous_price_quick(tmp_path: Path) -> None:
             assert abs(ratio - 1) <= tolerance, f"{what} {side}: simulated / predicted {ratio:.3f}"
 
 
+@pytest.mark.slow
 def test_instantaneous_change_quick(tmp_path: Path) -> None:
     """Without the option a change shows as a new payload unless equal by chance; with it,
     at ε_I = 1 and one send either side, the oracle detects far fewer changes, within the
