@@ -28,7 +28,10 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "evaluate", help="simulate, perturb, fold, estimate and score against the truth (or a paper's grid)"
     )
-    p.add_argument("--experiment", help="run a paper's whole grid (see docs/results/README.md)")
+    p.add_argument(
+        "--experiment",
+        help="run a paper's whole grid, or one of kvldp's studies (see docs/results/README.md)",
+    )
     p.add_argument(
         "--calibration",
         action="store_true",
@@ -125,12 +128,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from kvldp.experiments import EXPERIMENTS
+    from kvldp.experiments import EXPERIMENTS, STUDIES
     from kvldp.experiments.grid import run, write
 
+    if args.experiment in STUDIES:
+        return cmd_study(args)
     experiment = EXPERIMENTS.get(args.experiment)
     if experiment is None:
-        raise KvldpError(f"unknown experiment {args.experiment!r} (known: {', '.join(EXPERIMENTS)})")
+        known = ", ".join([*EXPERIMENTS, *STUDIES])
+        raise KvldpError(f"unknown experiment {args.experiment!r} (known: {known})")
     override = args.dataset
     if override is not None and not override.startswith(datasets.CSV_PREFIX):
         raise KvldpError("--experiment takes --dataset csv:PATH only (the grids name their synthetic data)")
@@ -156,6 +162,33 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     paths = write(experiment, rows, out, command)
     emit(
         {"experiment": experiment.name, "cells": len(rows), "files": [str(p) for p in paths]},
+        args.json,
+        "\n".join(f"wrote {p}" for p in paths),
+    )
+    return 0
+
+
+def cmd_study(args: argparse.Namespace) -> int:
+    """A study (kvldp.experiments.study): its own populations, so no --dataset."""
+    from kvldp.experiments import STUDIES
+    from kvldp.experiments.study import write
+
+    study = STUDIES[args.experiment]
+    if args.dataset is not None:
+        raise KvldpError(f"{study.name} draws its own populations; drop --dataset")
+    out = Path(args.out) if args.out else writable_directory(Path("results") / study.name, "--out (default)")
+    rows = study.run(args.quick, args.seed, not args.json)
+    command = " ".join(
+        [
+            "kvldp evaluate",
+            f"--experiment {study.name}",
+            *(["--quick"] if args.quick else []),
+            *([f"--seed {args.seed}"] if args.seed else []),
+        ]
+    )
+    paths = write(study, rows, out, command)
+    emit(
+        {"experiment": study.name, "rows": len(rows), "files": [str(p) for p in paths]},
         args.json,
         "\n".join(f"wrote {p}" for p in paths),
     )

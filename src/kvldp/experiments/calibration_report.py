@@ -188,6 +188,13 @@ def _plot(rows: list[CalibrationRow], path: Path) -> tuple[list[Path], str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return [], "Plot: not drawn — matplotlib is missing (install the `plots` extra)."
+    # composed channels against their memoized report's epsilon: their per-report epsilons
+    # are a share of each mechanism's exact level, not one grid
+    composed = _composed(rows)
+
+    def x_of(c: Calibration) -> float:
+        return c.state_epsilon if composed and c.state_epsilon is not None else c.epsilon
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, quantity in zip(axes, ("frequency", "mean"), strict=True):
         series: dict[str, list[tuple[float, float]]] = {}
@@ -196,17 +203,17 @@ def _plot(rows: list[CalibrationRow], path: Path) -> tuple[list[Path], str]:
             q = c.frequency if quantity == "frequency" else c.mean
             if q is None or q.with_stderr == 0.0 or math.isnan(q.coverage):
                 continue
-            series.setdefault(f"{c.mechanism}/{c.estimator}", []).append((c.epsilon, q.coverage))
+            series.setdefault(f"{c.mechanism}/{c.estimator}", []).append((x_of(c), q.coverage))
         for label, points in series.items():
             xs, ys = zip(*sorted(points), strict=True)
             ax.plot(xs, ys, marker="o", linewidth=0.8, markersize=3, label=label)
         ax.axhspan(*COVERAGE_BAND, color="0.85", zorder=0)
         ax.axhline(0.95, color="0.4", linewidth=0.8, linestyle="--")
         ax.set_xscale("log")
-        ticks = sorted({row.calibration.epsilon for row in rows})
+        ticks = sorted({x_of(row.calibration) for row in rows})
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
-        ax.set_xlabel("ε")
+        ax.set_xlabel("ε per state (memoized report)" if composed else "ε")
         ax.set_title(f"{quantity}: coverage of the 95% interval")
     axes[0].set_ylabel("coverage")
     handles, labels = axes[0].get_legend_handles_labels()
