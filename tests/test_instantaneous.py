@@ -176,6 +176,8 @@ def test_what_cannot_be_randomized_is_refused() -> None:
         privkv.composed(0.72)
     with pytest.raises(InvalidParameter, match="below"):
         create("grr", 3, 1.0).composed(1.0)
+    with pytest.raises(InvalidParameter, match="below"):  # its level is 4 plus a rounding error
+        create("pckv_ue", 5, 4.0).composed(4.0)
     with pytest.raises(InvalidParameter, match="positive"):
         create("grr", 3, 1.0).composed(0.0)
     with pytest.raises(InvalidParameter, match="privkvm has no instantaneous randomization"):

@@ -35,6 +35,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -66,6 +67,8 @@ from kvldp.common.typed_fields import integer, number
 IntArray = NDArray[np.int64]
 Validation = tuple[NDArray[np.bool_], NDArray[np.object_]]
 
+#: relative difference under which a per-report epsilon counts as equal to a mechanism's level
+_LEVEL_RTOL = 1e-9
 #: users perturbed per block by :meth:`Mechanism.collect` (bounds simulator memory)
 COLLECT_CHUNK = 1 << 17
 
@@ -328,7 +331,9 @@ class Mechanism(abc.ABC):
             positive=True,
         )
         level = self._per_report_level()
-        if not eps1 < level:
+        # a level computed in floating point may land a rounding error above the epsilon it
+        # equals (PCKV-UE's exact level at epsilon 4): equal within rounding is not below
+        if not eps1 < level or math.isclose(eps1, level, rel_tol=_LEVEL_RTOL):
             raise InvalidParameter(
                 f"{self.name}: a per-report epsilon of {eps1:g} must lie below the mechanism's own exact "
                 f"per-report level, {level:.6g}: randomizing its reports again only adds noise"
