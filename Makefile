@@ -9,7 +9,8 @@ EXTRAS ?= dev,broker,plots
 
 .PHONY: demo test lint typecheck unit venv clean prometheus stunnel java maven kafka kafka-lock bench-deps evaluate dashboard
 
-EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf
+EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf \
+               instantaneous-price instantaneous-change
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "kvldp needs Python >= 3.11")'
@@ -50,6 +51,7 @@ dashboard: $(STAMP)
 evaluate: $(STAMP)
 	@for e in $(EXPERIMENTS); do $(BIN)/kvldp evaluate --experiment $$e --out docs/results/$$e || exit 1; done
 	$(BIN)/kvldp evaluate --calibration --out docs/results/calibration
+	$(BIN)/kvldp evaluate --calibration --instantaneous-share 0.5 --out docs/results/calibration-instantaneous
 
 # the real-Prometheus test needs Debian's prometheus; install it only when it is missing
 prometheus:

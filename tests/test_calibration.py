@@ -94,6 +94,31 @@ def test_error_bars_are_calibrated(name: str, estimator: str) -> None:
             check(q, keys, what, quantity == "mean" and (name, estimator) in PARTIAL_MEAN_STDERR)
 
 
+#: one composed channel per kind of randomized output: a symbol (GRR), bits (OUE), PCKV-UE's
+#: ternary coordinates, and a composed transition M P (PrivKV), at half the device's level
+COMPOSED = ("grr", "oue", "pckv_ue", "privkv")
+SHARE = 0.5
+
+
+@pytest.mark.parametrize("name", COMPOSED)
+def test_composed_channels_error_bars_are_calibrated(name: str) -> None:
+    """Instantaneous randomization: the reports are the device's randomized again, and the
+    composed channel's `unbiased` error bars are calibrated like a mechanism's own, with the
+    same tolerances."""
+    dataset, keys, epsilon = _population(name)
+    users = datasets.generate(dataset, USERS, keys, 5).users
+    device = create(name, keys, epsilon)
+    mech = device.composed(SHARE * device.claimed_epsilon())
+    result = calibrate(mech, "unbiased", users, REPEATS, 17)
+    assert result.state_epsilon == epsilon and result.epsilon == pytest.approx(
+        SHARE * device.claimed_epsilon()
+    )
+    check(result.frequency, keys, f"{name} composed frequency")
+    if mech.collects_values:
+        assert result.mean is not None
+        check(result.mean, keys, f"{name} composed mean")
+
+
 @pytest.mark.parametrize(("name", "estimator"), [p for p in PAIRS if get(p[0]).collects_values])
 def test_every_key_with_reports_gets_a_mean_or_is_counted_not_estimable(name: str, estimator: str) -> None:
     """At ε = 0.5 many keys' holders are too few to estimate their mean: each such key is
@@ -147,6 +172,18 @@ def test_calibration_command_prints_json_and_writes_its_table(tmp_path: Path) ->
             "only with --calibration",
         ),
         (["--calibration", "--repeats", "1", "--mechanism", "grr"], "at least 2 collections"),
+        (
+            ["--calibration", "--mechanism", "grr", "--instantaneous-share", "1"],
+            "--instantaneous-share must lie below 1, got 1",
+        ),
+        (
+            ["--calibration", "--mechanism", "oue", "--instantaneous-share", "2.5"],
+            "--instantaneous-share must lie below 1, got 2.5",
+        ),
+        (
+            ["--experiment", "sun-fig1", "--instantaneous-share", "0.5"],
+            "--instantaneous-share goes with --calibration",
+        ),
     ],
 )
 def test_calibration_command_refuses_bad_flags_in_one_line(args: list[str], message: str) -> None:

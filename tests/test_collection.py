@@ -74,6 +74,23 @@ def with_(**changes: Any) -> dict[str, Any]:
             with_(mechanism="privkvm", privacy={"memoize": True}),
             "privacy.memoize: privkvm is interactive",
         ),
+        (
+            with_(privacy={"instantaneous_epsilon": 0.5}),
+            "privacy.instantaneous_epsilon: randomizes every send of a memoized report again; it needs memoize",
+        ),
+        (
+            with_(privacy={"memoize": True, "instantaneous_epsilon": 0}),
+            "privacy.instantaneous_epsilon: expected a positive finite number",
+        ),
+        (
+            with_(privacy={"memoize": True, "instantaneous_epsilon": 1.0}),
+            "privacy.instantaneous_epsilon: 1 must be below epsilon",
+        ),
+        (
+            with_(mechanism="privkv", privacy={"memoize": True, "instantaneous_epsilon": 0.8}),
+            "privacy.instantaneous_epsilon: privkv: a per-report epsilon of 0.8 must lie below the "
+            "mechanism's own exact per-report level, 0.719",
+        ),
     ],
 )
 def test_invalid_collections_name_the_field(table: dict[str, Any], field: str) -> None:
@@ -103,9 +120,31 @@ def test_digest_covers_what_shapes_a_report() -> None:
     assert parse_collection(with_(aggregate={"refit_interval_s": 9})).digest == base  # server-side only
     # the [privacy] table: each field changes the digest; an empty table is no table
     assert parse_collection(with_(privacy={})).digest == base
-    privacy = [{"memoize": True}, {"lifetime_epsilon": 5.0}, {"report_period": "1h"}, {"report_period": "2h"}]
+    privacy = [
+        {"memoize": True},
+        {"lifetime_epsilon": 5.0},
+        {"report_period": "1h"},
+        {"report_period": "2h"},
+        {"memoize": True, "instantaneous_epsilon": 0.5},
+        {"memoize": True, "instantaneous_epsilon": 0.25},
+    ]
     digests = {parse_collection(with_(privacy=p)).digest for p in privacy}
     assert len(digests) == len(privacy) and base not in digests
+
+
+def test_instantaneous_randomization_gives_the_server_the_composed_channel() -> None:
+    """The device keeps its mechanism (the memoized report); the aggregator decodes, folds and
+    estimates with the composed channel. Without the option both are one object."""
+    plain = parse_collection(with_(privacy={"memoize": True}))
+    assert plain.estimation_mechanism is plain.mechanism
+    c = parse_collection(with_(privacy={"memoize": True, "instantaneous_epsilon": 0.4}))
+    assert c.mechanism.epsilon == 1.0 and c.mechanism.composition is None
+    channel = c.estimation_mechanism
+    assert channel.composition is not None and channel.composition.device is c.mechanism
+    assert channel.epsilon == 0.4 and channel.fields() == c.mechanism.fields()
+    assert c.privacy.as_table() == {"memoize": True, "instantaneous_epsilon": 0.4}
+    again = parse_collection(tomllib.loads(collection_toml(c)))
+    assert again.digest == c.digest and again.privacy == c.privacy
 
 
 def test_report_period_is_the_ledger_rule_and_reads_back() -> None:

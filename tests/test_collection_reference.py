@@ -55,14 +55,22 @@ OTHER: dict[str, dict[str, Any]] = {
         "budget_window": "1h",
         "max_record_lead": "10m",
     },
-    "privacy": {"memoize": True, "lifetime_epsilon": 5.0, "report_period": "1h"},
+    "privacy": {
+        "memoize": True,
+        "lifetime_epsilon": 5.0,
+        "report_period": "1h",
+        "instantaneous_epsilon": 0.5,
+    },
 }
+#: what a field needs besides itself (instantaneous randomization randomizes a memoized report)
+NEEDS: dict[str, dict[str, Any]] = {"instantaneous_epsilon": {"memoize": True}}
 TABLES: dict[str, tuple[FieldSpec, ...]] = {"": TOP_LEVEL, "aggregate": AGGREGATE, "privacy": PRIVACY}
 #: the attribute of a parsed [privacy] table holding each field
 PRIVACY_ATTRIBUTE = {
     "memoize": "memoize",
     "lifetime_epsilon": "lifetime_epsilon",
     "report_period": "report_period_s",
+    "instantaneous_epsilon": "instantaneous_epsilon",
 }
 
 
@@ -73,7 +81,7 @@ def with_field(table: str, name: str, value: Any) -> dict[str, Any]:
             del out["keys"]
         out[name] = value
     else:
-        out.setdefault(table, {})[name] = value
+        out.setdefault(table, {}).update({**NEEDS.get(name, {}), name: value})
     return out
 
 
@@ -164,7 +172,10 @@ def test_each_declared_range_is_what_the_loader_checks(table: str, spec: FieldSp
     ids=lambda x: x if isinstance(x, str) else x.name,
 )
 def test_each_declared_digest_flag_is_what_the_digest_does(table: str, spec: FieldSpec) -> None:
-    before = parse_collection(BASE).digest
+    base = copy.deepcopy(BASE)
+    if spec.name in NEEDS:
+        base[table] = dict(NEEDS[spec.name])
+    before = parse_collection(base).digest
     after = parse_collection(with_field(table, spec.name, OTHER[table][spec.name])).digest
     assert (after != before) is spec.in_digest
 

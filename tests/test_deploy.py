@@ -258,10 +258,29 @@ def test_every_panel_queries_a_metric_of_the_exporter_contract() -> None:
     queries += [v["definition"] for v in board["templating"]["list"]]
     used = {name for expr in queries for name in re.findall(r"\bkvldp_\w+", expr)}
     assert {"kvldp_round", "kvldp_rounds_complete", "kvldp_round_reports", "kvldp_round_mean"} <= used
+    spent = "kvldp_device_privacy_spent_epsilon"
+    assert {f"{spent}_{part}" for part in ("bucket", "sum", "count")} <= used
+    assert {f"{spent}_upper_bound_{part}" for part in ("bucket", "sum", "count")} <= used
     for name in used:
         base = re.sub(r"_(bucket|sum|count)$", "", name)
         # conditional metrics document their standard errors as "_stderr companions"
         assert {name, base, base.removesuffix("_stderr")} & contract, name
+
+
+def test_the_spent_panel_labels_the_upper_bound_of_instantaneous_collections() -> None:
+    """Collections with instantaneous_epsilon export only the upper-bound histogram: the
+    spent-epsilon panel reads it too, every such series labelled as an upper bound, and
+    no series of the exact histogram is."""
+    (panel,) = [p for p in dashboard.build()["panels"] if p["title"].startswith("Privacy spent per device")]
+    bound = [t for t in panel["targets"] if "_spent_epsilon_upper_bound_" in t["expr"]]
+    exact = [t for t in panel["targets"] if t not in bound]
+    assert len(bound) == len(exact) == 3
+    assert {t["refId"] for t in panel["targets"]} == set("ABCDEF")
+    for target in bound:
+        assert "upper bound (instantaneous randomization)" in target["legendFormat"], target
+    for target in exact:
+        assert "upper bound" not in target["legendFormat"].replace("(bucket bound)", ""), target
+    assert "upper bound (instantaneous randomization)" in panel["description"]
 
 
 def test_dockerfile_is_slim_multistage_and_unprivileged() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from kvldp.aggregator.devices import payload_hashes
@@ -143,3 +144,35 @@ def test_a_report_merged_into_the_base_is_retracted_from_it() -> None:
     assert state.partition(0).base == c.mechanism.new_stats().fold({"j": np.array([2]), "s": np.array([0])})
     assert state.all_stats().n_reports == 2
     assert state.window_stats(T0 + 6 * HOUR_MS + 1)["2h"].n_reports == 1
+
+
+def test_instantaneous_randomization_charges_every_report_as_an_upper_bound() -> None:
+    """Every send is randomized again, so payloads no longer show states: the book charges
+    every report the per-send bound, exported as an upper bound, and a bound above the
+    device's lifetime cap is no overspending (nothing refused, nothing flagged)."""
+    c = collection(True, instantaneous_epsilon=0.5, lifetime_epsilon=3.0)
+    randomizer = c.instantaneous_randomizer
+    assert randomizer is not None
+    bound = randomizer.send_bound(c.epsilon)
+    # kvue's eps_out 0.91 < eps_inf - eps1 = 1: two sends of a state reveal at most eps1 + eps_out
+    assert bound == pytest.approx((0.5 + randomizer.epsilon_on_output) / 2) and 0.5 < bound < c.epsilon
+    state = AggregatorState(c)
+    # device a re-sends one state 12 times; kvue's three symbols make many sends alike
+    records = [single(c, i, i, b"a", 1, i % 2) for i in range(12)] + [single(c, 12, 0, b"b", 0, 1)]
+    assert send(state, records) == []
+    assert sorted(state.device_spent().tolist()) == [bound, 12 * bound]
+    assert 12 * bound > 3.0 and state.implausible_devices == 0 and not state.rejected_totals()
+    assert state.all_stats().n_reports == 2  # each device still counts once, at its latest report
+    (book,) = (s.book for s in state.partitions.values())
+    assert book.pairs.size == 0  # no payload hashes kept: every send differs
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(c, lambda: state))
+    text = generate_latest(registry).decode()
+    assert "kvldp_device_privacy_spent_epsilon_bucket" not in text
+    name = "kvldp_device_privacy_spent_epsilon_upper_bound"
+    assert f'{name}_bucket{{collection="book",le="{bound:g}"}} 1.0' in text
+    assert f'{name}_bucket{{collection="book",le="{10 * bound:g}"}} 1.0' in text
+    assert f'{name}_bucket{{collection="book",le="{20 * bound:g}"}} 2.0' in text
+    assert f'{name}_count{{collection="book"}} 2.0' in text
+    restored = AggregatorState.from_bytes(c, state.to_bytes())
+    assert restored.device_spent().tolist() == state.device_spent().tolist()

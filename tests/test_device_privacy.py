@@ -37,30 +37,12 @@ from kvldp.producer.device_state import DeviceState, FleetSummary, InvalidDevice
 from kvldp.sim.fleet import FleetSimulation, PeriodReport
 
 from support import record_and_fold, run_kvldp
+from support.producer import FakeProducer
 
 T = TypeVar("T")
 HOUR = 3600.0
 DAY = 24 * HOUR
 NOW = 1_800_000_000.0  # a period boundary of "1h": 500,000 hours since the epoch
-
-
-class FakeProducer:
-    """Stands in for AIOKafkaProducer: keeps (key, value, timestamp_ms) of every send."""
-
-    def __init__(self) -> None:
-        self.sent: list[tuple[bytes, bytes, int]] = []
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def send(self, topic: str, value: bytes, key: bytes, timestamp_ms: int) -> asyncio.Future[None]:
-        self.sent.append((key, value, timestamp_ms))
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
 
 
 class Clock:

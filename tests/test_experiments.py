@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kvldp.attacks.results_table import TITLE as ATTACKS_TITLE
-from kvldp.experiments import EXPERIMENTS
+from kvldp.experiments import EXPERIMENTS, STUDIES
 from kvldp.experiments.metrics import kld, ncr, relative_error, squared_error, top
 from kvldp.experiments.report import duels
 
@@ -70,7 +70,12 @@ def test_committed_reports_carry_the_generators_text() -> None:
             assert text.startswith(f"# {ATTACKS_TITLE}\n"), path
             assert "\nMade by `kvldp attack " in text, path
             continue
-        experiment = EXPERIMENTS[text.split(":", 1)[0].removeprefix("# ")]
+        if path.parent.name == "calibration-instantaneous":  # ... of the composed channels
+            assert text.startswith("# Calibration of the exported standard errors\n"), path
+            assert "\nMade by `kvldp evaluate --calibration --instantaneous-share 0.5`.\n" in text, path
+            continue
+        name = text.split(":", 1)[0].removeprefix("# ")
+        experiment = EXPERIMENTS[name] if name in EXPERIMENTS else STUDIES[name]
         assert text.startswith(f"# {experiment.name}: {experiment.title}\n"), path
         assert f"\nSource: {experiment.source}.\n" in text, path
         assert experiment.notes.strip() in text, path
@@ -153,3 +158,69 @@ def test_beat_the_paper_compares_best_with_best() -> None:
     assert (d.paper_series, d.paper_reproduced, d.paper_printed, d.kvldp_series) == ("B", 1.0, 1.5, "C")
     assert d.gain_vs_reproduced == pytest.approx(0.2)
     assert d.gain_vs_printed == pytest.approx(1 - 0.8 / 1.5)
+
+
+def _study_rows(name: str, out: Path) -> list[dict[str, str]]:
+    """Run a study's quick variant through the CLI and read back its CSV."""
+    done = run_kvldp("evaluate", "--experiment", name, "--quick", "--out", str(out), "--json", timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    with (out / "results.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert summary["rows"] == len(rows) > 0
+    report = (out / "README.md").read_text()
+    assert report.startswith(f"# {name}: {STUDIES[name].title}\n")
+    assert f"Made by `kvldp evaluate --experiment {name} --quick`" in report
+    pngs = sorted(out.glob("*.png"))
+    assert pngs and all(p.stat().st_size > 5_000 and f"]({p.name})" in report for p in pngs)
+    return rows
+
+
+@pytest.mark.slow
+def test_instantaneous_price_quick(tmp_path: Path) -> None:
+    """With the option the composed channel's predicted MSE is at least the memoized
+    report's (a randomizer only adds noise), and the simulated frequency MSE agrees with the
+    predicted one: averaged over d keys and R collections its relative Monte Carlo standard
+    error is about sqrt(2 / (R d)); 4 of them are allowed."""
+    rows = _study_rows("instantaneous-price", tmp_path / "price")
+    assert {r["mechanism"] for r in rows} >= {"grr", "oue", "kvue", "pckv_ue"}
+    for r in rows:
+        what = f"{r['mechanism']} at ε∞ {r['epsilon_state']}, ε_I {r['epsilon_report']}"
+        assert float(r["price_frequency"]) >= 1.0, what
+        if r["price_mean"]:
+            assert float(r["price_mean"]) >= 1.0, what
+        tolerance = 4 * math.sqrt(2 / (int(r["repeats"]) * int(r["keys"])))
+        for side in ("with", "without"):
+            ratio = float(r[f"simulated_mse_frequency_{side}"]) / float(r[f"predicted_mse_frequency_{side}"])
+            assert abs(ratio - 1) <= tolerance, f"{what} {side}: simulated / predicted {ratio:.3f}"
+
+
+@pytest.mark.slow
+def test_instantaneous_change_quick(tmp_path: Path) -> None:
+    """Without the option a change shows as a new payload unless equal by chance; with it,
+    at ε_I = 1 and one send either side, the oracle detects far fewer changes, within the
+    bound every test obeys; every test holds its false-positive rate. Tolerances: 4
+    binomial standard errors over the devices (the threshold's own noise adds about as much
+    again, hence twice that)."""
+    rows = _study_rows("instantaneous-change", tmp_path / "change")
+    for name in {r["mechanism"] for r in rows}:
+        mine = [r for r in rows if r["mechanism"] == name]
+        (without,) = [r for r in mine if r["observer"] == "without option"]
+        assert float(without["detection"]) == pytest.approx(1 - float(without["equal_payloads"]))
+        for r in mine:
+            if r["observer"] == "without option":
+                continue
+            n = int(r["devices"])
+            fp, found, bound = float(r["false_positive"]), float(r["detection"]), float(r["bound"])
+            assert abs(fp - 0.05) <= 2 * 4 * math.sqrt(0.05 * 0.95 / n), f"{name}: false positives {fp}"
+            assert found <= bound + 2 * 4 * math.sqrt(bound * (1 - bound) / n + 1e-6), (
+                f"{name}: above the bound"
+            )
+        (oracle,) = [
+            r
+            for r in mine
+            if r["observer"] == "oracle" and float(r["epsilon_report"]) == 1.0 and r["sends"] == "1"
+        ]
+        n = int(oracle["devices"])
+        gap = 4 * math.sqrt(0.25 / n)
+        assert float(oracle["detection"]) < float(without["detection"]) / 2 - gap, name

@@ -13,6 +13,7 @@ import hashlib
 import math
 
 import numpy as np
+import pytest
 
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create
@@ -26,14 +27,15 @@ def chi_square_even_df_sf(x: float, df: int) -> float:
     return math.exp(-half) * sum(half**i / math.factorial(i) for i in range(df // 2))
 
 
-def test_memoized_reports_over_secrets_follow_the_mechanism() -> None:
+@pytest.mark.parametrize("permanent_public", [False, True])
+def test_memoized_reports_over_secrets_follow_the_mechanism(permanent_public: bool) -> None:
     mech = create("kvue", 3, 1.0)
     state = State(np.array([0, 2]), np.array([1.0, -1.0]))
     draws = 20_000
     memo = np.empty(draws, dtype=np.int64)
     for i in range(draws):
         secret = hashlib.sha256(b"channel-%d" % i).digest()
-        report = memoized_report(mech, secret, 0x5EED, state)
+        report = memoized_report(mech, secret, 0x5EED, state, permanent_public)
         memo[i] = int(report["j"]) * 3 + int(report["s"])
     # the client's own reports of the same state, ``draws`` devices at once
     users = KVData(3, np.arange(0, 2 * draws + 1, 2), np.tile(state.keys, draws), np.tile(state.signs, draws))
@@ -51,3 +53,30 @@ def test_memoized_reports_over_secrets_follow_the_mechanism() -> None:
     assert memoized_report(mech, secret, 1, state) == memoized_report(mech, secret, 1, state)
     result = audit(mech, exhaustive=True)
     assert result.ok and result.max_log_ratio <= mech.epsilon + 1e-9
+
+
+STATES = [
+    State(np.array(k, dtype=np.int64), np.array(s))
+    for k, s in (([0], [1.0]), ([1, 2], [-1.0, 1.0]), ([], []))
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "params"), [("kvue", {}), ("privkv", {}), ("olh", {}), ("kvue_multi", {"t": 2}), ("ioh_hrr", {})]
+)
+def test_permanent_public_fields_do_not_change_with_the_state(name: str, params: dict[str, int]) -> None:
+    """With instantaneous randomization a device's public fields (the sampled keys, OLH's
+    seed) come from its secret alone: every state of the device reports them alike, and
+    without it they are keyed by the state as before (the client run with the state's
+    generator for both streams)."""
+    mech = create(name, 3, 2.0, **params)
+    public = mech.public_fields()
+    assert public
+    changed = False
+    for i in range(20):
+        secret = hashlib.sha256(b"public-%d" % i).digest()
+        permanent = [memoized_report(mech, secret, 7, s, permanent_public=True) for s in STATES]
+        assert all(r[f] == permanent[0][f] for r in permanent for f in public)
+        keyed = [memoized_report(mech, secret, 7, s) for s in STATES]
+        changed |= any(r[f] != keyed[0][f] for r in keyed for f in public)
+    assert changed

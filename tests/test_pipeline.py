@@ -19,6 +19,7 @@ from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
+from kvldp.common.collection_file import load_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.padding import slot_weights
 from kvldp.producer.collector import Collector
@@ -300,6 +301,39 @@ async def test_demo_runs_to_completion_and_serves_metrics(tmp_path: Path) -> Non
     # epsilon 2 per new state; with churn 0.1 most devices never change over 3 periods. The
     # server counts distinct payloads, fewer when two states of a device happen to give one
     assert median == server_median == 2.0 and 2.0 <= server_top <= top <= 6.0
+
+
+async def test_demo_of_an_instantaneous_collection_shows_the_servers_upper_bound(tmp_path: Path) -> None:
+    """With instantaneous_epsilon the server sees no states, only reports: the demo's spent
+    line gives its figure as an upper bound, reports x the per-send bound c (every device
+    reported once per period), next to the devices' own count (epsilon per state)."""
+    toml = tmp_path / "irr.toml"
+    toml.write_text(
+        'name = "demo-irr"\nmechanism = "grr"\nepsilon = 3.0\nkey_count = 6\n'
+        'value_range = [-1.0, 1.0]\n[privacy]\nmemoize = true\nreport_period = "1h"\n'
+        "instantaneous_epsilon = 1.5\n"
+    )
+    randomizer = load_collection(toml).instantaneous_randomizer
+    assert randomizer is not None
+    per_send = randomizer.send_bound(3.0)
+    done = await asyncio.to_thread(
+        run_kvldp,
+        *("demo", "--collection", str(toml), "--users", "500", "--periods", "2"),
+        *("--rate", "50000", "--metrics-port", "0"),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "1000/1000 reports folded" in done.stdout
+    spent = re.search(
+        r"epsilon spent per device: median (\S+), max (\S+)\s+"
+        r"\(server's upper bound \(instantaneous randomization\): median (\S+), max (\S+)\)",
+        done.stdout,
+    )
+    assert spent is not None, done.stdout
+    median, top, server_median, server_top = map(float, spent.groups())
+    assert median == 3.0 and top <= 6.0
+    assert server_median == server_top == pytest.approx(2 * per_send)
+    assert "server's count" not in done.stdout
 
 
 async def test_sdk_report_api_normalises_and_publishes(broker: EmbeddedBroker) -> None:

@@ -1,7 +1,9 @@
 """A real Prometheus (Debian's package, installed by `make test`) scrapes real aggregators;
 every PromQL expression of the provisioned dashboard returns finite data, and the
 frequencies Prometheus stores are the aggregator's own. One aggregator serves /metrics
-over TLS with basic auth, scraped with the matching Prometheus configuration. The
+over TLS with basic auth, scraped with the matching Prometheus configuration; a third one
+serves a collection with instantaneous_epsilon, whose spent epsilon is the upper-bound
+histogram the dashboard reads next to the exact one. The
 gateway's panels are checked against a real gateway in test_prometheus_gateway. A
 Prometheus that cannot start fails support.prometheus.start_prometheus at once, in its
 own words."""
@@ -103,6 +105,14 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
     secured = unique_collection(
         "ioh_hrr", 4, estimators=["unbiased"], windows=["1m", "all"], conditions=["all_pairs"]
     )
+    # every send randomized again: the spent-epsilon histogram's upper bound
+    instantaneous = unique_collection(
+        "kvue",
+        3,
+        privacy={"memoize": True, "instantaneous_epsilon": 1.0},
+        estimators=["unbiased"],
+        windows=["all"],
+    )
     password = "s3cret-" + secured.name
     (tmp_path / "password").write_text(password)
     security = HttpSecurity(str(cert_pem), str(key_pem), "prometheus", password)
@@ -123,17 +133,24 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
             log=lambda _: None,
             security=security,
         ),
+        Aggregator(instantaneous, broker.bootstrap_servers, metrics_port=0, log=lambda _: None),
     ]
     stops = [asyncio.Event() for _ in aggs]
     tasks = [asyncio.create_task(a.run(s)) for a, s in zip(aggs, stops, strict=True)]
     prom: subprocess.Popen[bytes] | None = None
     try:
         await wait_for(lambda: all(a.bound_port for a in aggs), 30, "aggregators listening")
-        # a collection with max_reports_per_device takes one report per message
-        sends = ((plain, "gaussian", 5_000, 1), (secured, "conditional", 20_000, 100))
+        # a collection with max_reports_per_device, or memoized, takes one report per message
+        sends = (
+            (plain, "gaussian", 5_000, 1),
+            (secured, "conditional", 20_000, 100),
+            (instantaneous, "gaussian", 500, 1),
+        )
         for collection, dataset, n, batch_size in sends:
             users = simulate.simulate(collection, dataset, n, seed=5)
-            async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
+            async with Collector(
+                collection, broker.bootstrap_servers, rng=np.random.default_rng(5), warn_unsaved=False
+            ) as sdk:
                 await sdk.publish_users(users, simulate.device_ids(users.n_users), batch_size=batch_size)
         counts = [n for _, _, n, _ in sends]
         await wait_for(lambda: [a.state.reports_total for a in aggs] == counts, 60, "every report folded")
@@ -159,6 +176,10 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
                             "static_configs": [{"targets": [f"127.0.0.1:{aggs[0].bound_port}"]}],
                         },
                         {
+                            "job_name": "kvldp-instantaneous",
+                            "static_configs": [{"targets": [f"127.0.0.1:{aggs[2].bound_port}"]}],
+                        },
+                        {
                             "job_name": "kvldp-secured",
                             "scheme": "https",
                             "tls_config": {"ca_file": str(ca_pem), "server_name": "127.0.0.1"},
@@ -174,17 +195,17 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
         )
         prom, port = await start_prometheus(prometheus_binary, config, tmp_path)
 
-        async def both_up() -> bool:
+        async def all_up() -> bool:
             series = await asyncio.to_thread(promql, port, "up")
-            return len(series) == 2 and all(s["value"][1] == "1" for s in series)
+            return len(series) == len(aggs) and all(s["value"][1] == "1" for s in series)
 
-        await eventually(both_up, 60, "both targets up")
+        await eventually(all_up, 60, "every target up")
         # devices keep reporting while Prometheus scrapes (checkpoints happen only when
         # there is something new) until every panel has data — rate() and
         # histogram_quantile() need two samples — then stop, so that the estimates settle
         # for the comparison below
         trickle = asyncio.create_task(keep_reporting(plain, broker.bootstrap_servers))
-        collections = f"{plain.name}|{secured.name}"
+        collections = f"{plain.name}|{secured.name}|{instantaneous.name}"
         # PrivKVM's round panels are checked on a privkvm aggregator in test_demo_rounds, the
         # gateway's on a real gateway in test_prometheus_gateway
         panels = [
@@ -195,6 +216,16 @@ async def test_every_dashboard_query_returns_finite_data_from_a_real_prometheus(
         await wait_for_data(prom, port, panels, timeout=90)
         trickle.cancel()
         await asyncio.gather(trickle, return_exceptions=True)
+        # every device of the instantaneous collection sent once: its bound is the per-send c
+        randomizer = instantaneous.instantaneous_randomizer
+        assert randomizer is not None
+        (top,) = await asyncio.to_thread(
+            promql,
+            port,
+            "histogram_quantile(1, sum by (collection, le) (kvldp_device_privacy_spent_epsilon_upper_bound"
+            f'_bucket{{collection="{instantaneous.name}"}}))',
+        )
+        assert float(top["value"][1]) == pytest.approx(randomizer.send_bound(instantaneous.epsilon))
         for selector, label in variable_selectors(collections):
             series = await asyncio.to_thread(promql, port, selector)
             assert series and all(label in s["metric"] for s in series), selector

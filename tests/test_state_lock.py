@@ -29,30 +29,13 @@ from kvldp.common.errors import KvldpError
 from kvldp.producer import Collector, LockTimeout, PrivacyBudgetExhausted, ReportStatus, file_lock
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState
 
+from support.producer import FakeProducer
+
 NOW = 1_800_000_000.0  # a period boundary of "1h"
 #: the lock wait under test, and what a loaded machine (two test processes on two cores)
 #: may add to it before the refusal is raised
 WAIT_S = 0.3
 LOADED_MARGIN_S = 2.0
-
-
-class FakeProducer:
-    """Stands in for AIOKafkaProducer: keeps the values of every send."""
-
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def send(self, topic: str, value: bytes, key: bytes, timestamp_ms: int) -> asyncio.Future[None]:
-        self.sent.append(value)
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        done.set_result(None)
-        return done
 
 
 def collection(privacy: dict[str, Any] | None) -> Collection:

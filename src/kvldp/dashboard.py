@@ -66,6 +66,34 @@ def _panel(
     return panel
 
 
+#: the legend of the spent-epsilon panel's series read from the upper-bound histogram
+UPPER_BOUND_LEGEND = "upper bound (instantaneous randomization)"
+
+
+def _spent_upper_bound_targets() -> list[dict[str, Any]]:
+    """The spent-epsilon panel's mean, median and max of
+    ``kvldp_device_privacy_spent_epsilon_upper_bound``, the histogram collections with
+    ``instantaneous_epsilon`` export in place of ``kvldp_device_privacy_spent_epsilon``."""
+    name = "kvldp_device_privacy_spent_epsilon_upper_bound"
+    return [
+        _target(
+            f"sum by (collection) ({name}_sum{{{SEL}}}) / sum by (collection) ({name}_count{{{SEL}}})",
+            f"mean, {UPPER_BOUND_LEGEND} {{{{collection}}}}",
+            "D",
+        ),
+        _target(
+            f"histogram_quantile(0.5, sum by (collection, le) ({name}_bucket{{{SEL}}}))",
+            f"median, {UPPER_BOUND_LEGEND} {{{{collection}}}}",
+            "E",
+        ),
+        _target(
+            f"histogram_quantile(1, sum by (collection, le) ({name}_bucket{{{SEL}}}))",
+            f"max (bucket bound), {UPPER_BOUND_LEGEND} {{{{collection}}}}",
+            "F",
+        ),
+    ]
+
+
 def _alert_line(panel: dict[str, Any]) -> dict[str, Any]:
     """Colour ``panel``'s values red from the poisoning alert's threshold on (a time series
     draws it as a line)."""
@@ -390,12 +418,17 @@ def build() -> dict[str, Any]:
                     "max (bucket bound) {{collection}}",
                     "C",
                 ),
+                *_spent_upper_bound_targets(),
             ],
             "Epsilon each device has spent on the collection, as the server counts it: per-report ε "
             "x reports (memoized collections: x distinct reports; PrivKVM: the costs of the rounds it "
             "reported in). Collections with a [privacy] table, and interactive ones. The buckets are whole "
             "multiples of ε (PrivKVM: the cumulative costs of rounds 1, 2, ..., c); the median is "
-            "interpolated inside them and the max is the upper bound of the highest occupied one.",
+            "interpolated inside them and the max is the upper bound of the highest occupied one. "
+            "Collections with instantaneous_epsilon (every send randomized again) show only the series "
+            f'labelled "{UPPER_BOUND_LEGEND}": the server cannot tell the states of a device apart there, '
+            "so it counts reports x the per-send bound c, never below what the device revealed and "
+            "often far above it (the device's own ledger keeps the true spend; see docs/privacy.md).",
             "short",
         ),
         _panel(

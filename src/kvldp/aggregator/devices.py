@@ -10,6 +10,18 @@ ledger's, never as an id; a device's reports stay in one partition because the k
   does (a memoized device re-sends an unchanged state byte for byte). Distinct payloads
   are told apart by a keyed 64-bit hash of (device, payload). Exported as the histogram
   ``kvldp_device_privacy_spent_epsilon``.
+* **An upper bound, with instantaneous randomization.** There every send is randomized
+  again and no two payloads are alike, so payloads no longer show states: the book
+  counts every report R of a device instead, and exports R x the per-send bound c
+  (:func:`kvldp.common.instantaneous.epsilon_per_send_bound`) as
+  ``kvldp_device_privacy_spent_epsilon_upper_bound``. A device's true spend is the sum
+  over its states of what that state's sends reveal, at most eps_inf each; however the
+  R sends fall into states it is at most R c, so the figure is never below the truth,
+  and often far above it (a device re-sending one state for a year spent eps_inf). The
+  book sees neither the states nor the sends per state, so it cannot tell a device
+  that changes state more often than its ``lifetime_epsilon`` allows: that cap is kept
+  by the device alone, and a bound above the cap is no sign of overspending. What the
+  server enforces is unchanged: the budget ledger's count of reports per device.
 * **Latest report (memoized collections).** A memoized device repeats one report while
   its state holds, so its reports are not independent and averaging them does not shrink
   the error. The statistics of a memoized collection therefore count each device once,
@@ -27,6 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.common.collection import Collection
 from kvldp.common.schema import ReportBatch
 
 U64 = NDArray[np.uint64]
@@ -38,6 +51,21 @@ NO_BUCKET = np.iinfo(np.int64).min
 _UNSET = np.iinfo(np.int64).max
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def charges_distinct_payloads(collection: Collection) -> bool:
+    """Whether the book charges a device's distinct payloads (memoized reports re-sent byte
+    for byte) rather than every report (no memoization, or every send randomized again)."""
+    privacy = collection.privacy
+    return privacy.memoize and privacy.instantaneous_epsilon is None
+
+
+def epsilon_per_charge(collection: Collection) -> float:
+    """What one charge of the book stands for: the collection's epsilon, or with
+    instantaneous randomization the per-send bound c, which makes the book's figure an
+    upper bound of what a device revealed (module docstring)."""
+    randomizer = collection.instantaneous_randomizer
+    return collection.epsilon if randomizer is None else randomizer.send_bound(collection.epsilon)
 
 
 def mix64(x: U64) -> U64:
@@ -115,22 +143,28 @@ class DeviceBook:
             self.latest = latest
         self.tags = merged
 
-    def record(self, tags: U64, rows: ReportBatch, buckets: I64 | None, memoize: bool) -> Retraction | None:
-        """Charge the rows' devices; for a memoized collection, also make every row its
-        device's latest report and return what it replaces (rows in message order)."""
+    def record(
+        self, tags: U64, rows: ReportBatch, buckets: I64 | None, memoize: bool, distinct: bool
+    ) -> Retraction | None:
+        """Charge the rows' devices, each distinct payload once when ``distinct``
+        (:func:`charges_distinct_payloads`), else every report; for a memoized collection,
+        also make every row its device's latest report and return what it replaces (rows
+        in message order)."""
         if not tags.size:
             return None
         uniq = np.unique(tags)
         self._grow(np.setdiff1d(uniq, self.tags, assume_unique=True), rows if memoize else None)
         at = np.searchsorted(self.tags, tags)
-        if not memoize:
+        if distinct:
+            pairs = mix64(tags ^ mix64(payload_hashes(rows)))
+            fresh_pairs, first = np.unique(pairs, return_index=True)
+            new = ~np.isin(fresh_pairs, self.pairs, assume_unique=True)
+            np.add.at(self.charged, at[first[new]], 1)
+            self.pairs = np.union1d(self.pairs, fresh_pairs[new]).astype(np.uint64)
+        else:
             np.add.at(self.charged, at, 1)
+        if not memoize:
             return None
-        pairs = mix64(tags ^ mix64(payload_hashes(rows)))
-        fresh_pairs, first = np.unique(pairs, return_index=True)
-        new = ~np.isin(fresh_pairs, self.pairs, assume_unique=True)
-        np.add.at(self.charged, at[first[new]], 1)
-        self.pairs = np.union1d(self.pairs, fresh_pairs[new]).astype(np.uint64)
         last = _last_of_each(tags)
         slots = at[last]
         bucket_of = np.full(tags.shape[0], NO_BUCKET, np.int64) if buckets is None else buckets

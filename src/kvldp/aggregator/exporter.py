@@ -12,6 +12,8 @@ Metric names and labels are a contract:
   ``implausible_report`` (docs/plausibility.md; an upper bound past a bounded list);
 * ``kvldp_device_privacy_spent_epsilon{collection}`` (histogram over devices; collections
   with a ``[privacy]`` table): the epsilon each device has spent, as the server counts it;
+  with ``instantaneous_epsilon`` instead ``kvldp_device_privacy_spent_epsilon_upper_bound``,
+  an upper bound of it (reports x the per-send bound, :mod:`kvldp.aggregator.devices`);
 * ``kvldp_frequency{collection,key,estimator,window}`` and ``kvldp_frequency_stderr``;
 * ``kvldp_mean{collection,key,estimator,window}`` and ``kvldp_mean_stderr`` (in the
   collection's units);
@@ -75,6 +77,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram,
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector as PromCollector
 
+from kvldp.aggregator.devices import epsilon_per_charge
 from kvldp.aggregator.refit import Snapshot, condition_label, refit
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
@@ -93,7 +96,8 @@ INTERVAL_HELP = (
     " (estimate ± 1.96 stderr, or, where the estimator clips, projects or shrinks its point "
     "estimate, the interval of its unbiased basis: clipped into the range, Fieller's for a mean)."
 )
-#: buckets of ``kvldp_device_privacy_spent_epsilon``, in units of the per-report epsilon
+#: buckets of ``kvldp_device_privacy_spent_epsilon``, in units of the per-report epsilon (of
+#: the ``_upper_bound`` histogram: of the per-send bound, so in reports)
 SPENT_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500, 1000)
 
 
@@ -118,20 +122,30 @@ class SnapshotCollector(PromCollector):
         return family
 
     def _spent_histogram(self, state: AggregatorState) -> HistogramMetricFamily:
-        """Epsilon each device has spent on the collection, as the server can count it."""
+        """Epsilon each device has spent on the collection, as the server can count it; with
+        instantaneous randomization only an upper bound of it, under its own name."""
         spent = state.device_spent()
-        bounds = self.collection.epsilon * np.asarray(SPENT_BUCKETS, dtype=np.float64)
+        bounds = epsilon_per_charge(self.collection) * np.asarray(SPENT_BUCKETS, dtype=np.float64)
         if state.rounds is not None:  # what a device has spent after 1, 2, ... c rounds
             mechanism = interactive_mechanism(self.collection)
             costs = [mechanism.round_epsilon(r) for r in range(mechanism.rounds)]
             bounds = np.cumsum(costs) * (1 + 1e-12)
         cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
-        family = HistogramMetricFamily(
-            "kvldp_device_privacy_spent_epsilon",
-            "Epsilon spent per device on this collection: per-report epsilon x reports sent "
-            "(memoized collections: x distinct reports; interactive ones: the costs of their rounds).",
-            labels=["collection"],
-        )
+        if self.collection.instantaneous_randomizer is None:
+            family = HistogramMetricFamily(
+                "kvldp_device_privacy_spent_epsilon",
+                "Epsilon spent per device on this collection: per-report epsilon x reports sent "
+                "(memoized collections: x distinct reports; interactive ones: the costs of their rounds).",
+                labels=["collection"],
+            )
+        else:
+            family = HistogramMetricFamily(
+                "kvldp_device_privacy_spent_epsilon_upper_bound",
+                "An upper bound of the epsilon each device revealed on this collection, whose sends "
+                "are randomized again: reports sent x the per-send bound (the device's ledger keeps "
+                "the true spend and its cap; a bound above the cap is no overspending).",
+                labels=["collection"],
+            )
         family.add_metric(
             [self.collection.name],
             [(f"{b:g}", float(c)) for b, c in zip(bounds, cumulative, strict=True)]

@@ -21,6 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.aggregator.dedup import Probe
+from kvldp.aggregator.devices import charges_distinct_payloads
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
 from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.aggregator.state import AggregatorState
@@ -105,7 +106,8 @@ class Plan:
         reports, buckets = self.reports, self.buckets
         if self.devices is not None:
             memoize = state.collection.privacy.memoize
-            change = target.book.record(self.devices, reports, buckets, memoize)
+            distinct = charges_distinct_payloads(state.collection)
+            change = target.book.record(self.devices, reports, buckets, memoize, distinct)
             if change is not None:  # memoized: each device counts once, at its latest report
                 state.retract(self.partition, change)
                 target.folded += int(np.sum(~change.keep))

@@ -131,7 +131,7 @@ def refit(
     """Estimate every window with every configured estimator (and answer ``queries``,
     by default the collection's conditions)."""
     started = time.perf_counter()
-    mech = collection.mechanism
+    mech = collection.estimation_mechanism
     queries = collection.conditional_queries() if queries is None else queries
     fits: dict[str, WindowFit] = {}
     poisoning = poisoning_reports(mech, windows, *jump_windows(collection, set(windows)))

@@ -34,7 +34,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.aggregator.dedup import RecentIds
-from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction
+from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction, epsilon_per_charge
 from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.round_state import RoundBook, RoundState
@@ -100,7 +100,7 @@ class AggregatorState:
 
     def __init__(self, collection: Collection) -> None:
         self.collection = collection
-        self.mechanism = collection.mechanism
+        self.mechanism = collection.estimation_mechanism
         self.bucket_ms = bucket_millis(collection)
         finite = [w.seconds for w in collection.aggregate.windows if w.seconds is not None]
         self.retention_ms = (max(finite) * 1000 + 2 * self.bucket_ms) if finite and self.bucket_ms else 0
@@ -194,7 +194,9 @@ class AggregatorState:
         return total
 
     def device_spent(self) -> NDArray[np.float64]:
-        """Epsilon spent by every device seen (collections that keep a device or round book)."""
+        """Epsilon spent by every device seen (collections that keep a device or round book);
+        with instantaneous randomization an upper bound of it, the device's reports times
+        the per-send bound (:mod:`kvldp.aggregator.devices`)."""
         if self.rounds is not None:
             mech = interactive_mechanism(self.collection)
             costs = np.array([mech.round_epsilon(r) for r in range(mech.rounds)])
@@ -202,7 +204,8 @@ class AggregatorState:
                 [np.zeros(0), *(s.round_book.spent(costs) for s in self.partitions.values())]
             )
         charged = [s.book.charged for s in self.partitions.values()]
-        return self.collection.epsilon * np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
+        counts = np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
+        return epsilon_per_charge(self.collection) * counts
 
     @property
     def reports_total(self) -> int:
@@ -284,7 +287,7 @@ class AggregatorState:
         state = cls(collection)
         if payload.get("bucket_ms") != state.bucket_ms:
             raise CheckpointMismatch("checkpoint was written with other windows; use another --state-dir")
-        mech = collection.mechanism
+        mech = collection.estimation_mechanism
         try:
             if state.rounds is not None:
                 state.rounds = RoundState.from_wire(collection, payload["rounds"])

@@ -4,7 +4,10 @@ device's lifetime.
 With ``--mechanism`` it bounds one report (:func:`kvldp.common.privacy_audit.audit`); with
 ``--collection`` it adds the lifetime worst case of the collection's memoization and
 budget cap (:mod:`kvldp.common.privacy`), and names the rule, keeper and horizon of every
-epsilon figure (:mod:`kvldp.common.epsilon_rules`). Exit status 1 reports a violation.
+epsilon figure (:mod:`kvldp.common.epsilon_rules`). A collection with instantaneous
+randomization is audited twice: one report on the composed channel (the device's model
+composed with the randomizer), one state on the device's memoized report. Exit status 1
+reports a violation.
 """
 
 from __future__ import annotations
@@ -80,9 +83,13 @@ def _audit_collection(args: argparse.Namespace) -> int:
     collection = load_collection(args.collection)
     changes = 0 if args.changes is None else args.changes
     life = lifetime_audit(collection.epsilon, collection.privacy, args.reports, changes)
-    result = audit(collection.mechanism, exhaustive=True if args.exhaustive else None)
+    exhaustive = True if args.exhaustive else None
+    result = audit(collection.estimation_mechanism, exhaustive=exhaustive)
+    composition = collection.estimation_mechanism.composition
+    state = None if composition is None else audit(collection.mechanism, exhaustive=exhaustive)
+    ok = result.ok and (state is None or state.ok)
     figures = epsilon_figures(collection, life)
-    payload = {
+    payload: dict[str, object] = {
         "collection": collection.name,
         "mechanism": collection.mechanism_name,
         "per_report_epsilon": life.per_report_epsilon,
@@ -94,17 +101,30 @@ def _audit_collection(args: argparse.Namespace) -> int:
         "charged": life.charged,
         "refused": life.refused,
         "lifetime_epsilon": life.lifetime_epsilon,
-        "max_log_ratio": result.max_log_ratio if math.isfinite(result.max_log_ratio) else "inf",
-        "ok": result.ok,
+        "max_log_ratio": _finite(result.max_log_ratio),
+        "ok": ok,
         "epsilon": {figure.name: figure.to_dict() for figure in figures},
     }
+    per_report = f"epsilon {life.per_report_epsilon:g} per report"
+    audits = f"per-report audit {'ok' if result.ok else 'VIOLATION'}"
+    if composition is not None and state is not None:
+        payload["instantaneous_epsilon"] = result.epsilon
+        payload["per_state_max_log_ratio"] = _finite(state.max_log_ratio)
+        payload["randomizer"] = composition.randomizer.describe()
+        per_report = f"epsilon {result.epsilon:g} per report and {life.per_report_epsilon:g} per state"
+        audits = f"audits per report {'ok' if result.ok else 'VIOLATION'} and per state {'ok' if state.ok else 'VIOLATION'}"
     cap = "no cap" if life.cap is None else f"cap {life.cap:g}"
     text = (
-        f"{collection.name} ({collection.mechanism_name}, epsilon {life.per_report_epsilon:g} per report, "
+        f"{collection.name} ({collection.mechanism_name}, {per_report}, "
         f"memoize {'on' if life.memoize else 'off'}, {cap}): {life.reports} reports with {life.changes} "
         f"state changes spend at most {life.lifetime_epsilon:g} ({life.charged} charged, {life.refused} "
-        f"refused); per-report audit {'ok' if result.ok else 'VIOLATION'}"
+        f"refused); {audits}"
     )
     text += "".join(f"\n  {figure}" for figure in figures)
     emit(payload, args.json, text)
-    return 0 if result.ok else 1
+    return 0 if ok else 1
+
+
+def _finite(value: float) -> float | str:
+    """A log ratio as JSON: ``"inf"`` where it is infinite."""
+    return value if math.isfinite(value) else "inf"

@@ -28,7 +28,10 @@ def register(sub: Subparsers) -> None:
     p = sub.add_parser(
         "evaluate", help="simulate, perturb, fold, estimate and score against the truth (or a paper's grid)"
     )
-    p.add_argument("--experiment", help="run a paper's whole grid (see docs/results/README.md)")
+    p.add_argument(
+        "--experiment",
+        help="run a paper's whole grid, or one of kvldp's studies (see docs/results/README.md)",
+    )
     p.add_argument(
         "--calibration",
         action="store_true",
@@ -39,6 +42,14 @@ def register(sub: Subparsers) -> None:
         "--out",
         type=DirectoryToWrite,
         help="output folder of --experiment or --calibration (default: results/NAME/)",
+    )
+    p.add_argument(
+        "--instantaneous-share",
+        type=positive_float,
+        metavar="S",
+        help="with --calibration: calibrate the composed channels of instantaneous randomization, "
+        "each mechanism's memoized report at --epsilon randomized again at S times its exact "
+        "per-report level (0 < S < 1)",
     )
     p.add_argument("--quick", action="store_true", help="--experiment at reduced n and repeats (< 1 minute)")
     p.add_argument(
@@ -76,6 +87,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         if args.experiment or args.query or args.quick:
             raise KvldpError("--calibration goes without --experiment, --query and --quick")
         return cmd_calibration(args)
+    if args.instantaneous_share is not None:
+        raise KvldpError("--instantaneous-share goes with --calibration")
     if args.experiment:
         given = [
             f
@@ -115,12 +128,15 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
 
 def cmd_experiment(args: argparse.Namespace) -> int:
-    from kvldp.experiments import EXPERIMENTS
+    from kvldp.experiments import EXPERIMENTS, STUDIES
     from kvldp.experiments.grid import run, write
 
+    if args.experiment in STUDIES:
+        return cmd_study(args)
     experiment = EXPERIMENTS.get(args.experiment)
     if experiment is None:
-        raise KvldpError(f"unknown experiment {args.experiment!r} (known: {', '.join(EXPERIMENTS)})")
+        known = ", ".join([*EXPERIMENTS, *STUDIES])
+        raise KvldpError(f"unknown experiment {args.experiment!r} (known: {known})")
     override = args.dataset
     if override is not None and not override.startswith(datasets.CSV_PREFIX):
         raise KvldpError("--experiment takes --dataset csv:PATH only (the grids name their synthetic data)")
@@ -152,12 +168,43 @@ def cmd_experiment(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_study(args: argparse.Namespace) -> int:
+    """A study (kvldp.experiments.study): its own populations, so no --dataset."""
+    from kvldp.experiments import STUDIES
+    from kvldp.experiments.study import write
+
+    study = STUDIES[args.experiment]
+    if args.dataset is not None:
+        raise KvldpError(f"{study.name} draws its own populations; drop --dataset")
+    out = Path(args.out) if args.out else writable_directory(Path("results") / study.name, "--out (default)")
+    rows = study.run(args.quick, args.seed, not args.json)
+    command = " ".join(
+        [
+            "kvldp evaluate",
+            f"--experiment {study.name}",
+            *(["--quick"] if args.quick else []),
+            *([f"--seed {args.seed}"] if args.seed else []),
+        ]
+    )
+    paths = write(study, rows, out, command)
+    emit(
+        {"experiment": study.name, "rows": len(rows), "files": [str(p) for p in paths]},
+        args.json,
+        "\n".join(f"wrote {p}" for p in paths),
+    )
+    return 0
+
+
 def cmd_calibration(args: argparse.Namespace) -> int:
     from kvldp.common.mechanisms import get
     from kvldp.evaluation.calibration import EPSILONS, calibrate, reference_population
     from kvldp.experiments.calibration_report import CalibrationRow, table, write
 
-    mechanisms = args.mechanism or names()
+    share = args.instantaneous_share
+    if share is not None and not share < 1.0:
+        raise KvldpError(f"--instantaneous-share must lie below 1, got {share:g}")
+    # privkvm is interactive: never memoized, so never randomized again
+    mechanisms = args.mechanism or [n for n in names() if share is None or n != "privkvm"]
     epsilons = args.epsilon or list(EPSILONS)
     repeats = args.repeats or 24
     if repeats < 2:
@@ -187,6 +234,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         population = populations[dataset, users, keys].users
         for epsilon in epsilons:
             mech = create(name, keys, epsilon, **params)
+            if share is not None:
+                mech = mech.composed(share * mech.claimed_epsilon())
             for estimator in estimators:
                 result = calibrate(mech, estimator, population, repeats, args.seed, not args.json)
                 rows.append(CalibrationRow(result, dataset, population.n_users, keys))
@@ -196,6 +245,8 @@ def cmd_calibration(args: argparse.Namespace) -> int:
             for flag in ("mechanism", "estimator", "epsilon")
             for value in getattr(args, flag) or []
         )
+        if share is not None:
+            command += f" --instantaneous-share {share:g}"
         paths = write(rows, Path(args.out), command)
         emit(
             {"calibration": len(rows), "files": [str(p) for p in paths]},

@@ -11,6 +11,12 @@ Every field, its type, default, range and digest flag is declared once in
 ``privacy.report_period`` becomes the aggregator's ledger rule (one report per device
 per period) and cannot be combined with ``aggregate.max_reports_per_device``.
 
+A collection has two mechanisms, the same object unless ``privacy.instantaneous_epsilon``
+is set: :attr:`Collection.mechanism` is the device's (its client makes the memoized
+report), :attr:`Collection.estimation_mechanism` the channel the server receives, the
+device's report randomized again at every send (``Mechanism.composed``). The aggregator
+decodes, folds and estimates with the latter.
+
 The file is read and written by :mod:`kvldp.common.collection_file` (the ``[aggregate]``
 table by :mod:`kvldp.common.aggregate_config`); invalid files raise
 :class:`~kvldp.common.collection_fields.InvalidCollection` naming the field. This module
@@ -32,6 +38,7 @@ import numpy as np
 from kvldp.common.aggregate_config import AggregateConfig
 from kvldp.common.collection_fields import InvalidCollection
 from kvldp.common.conditional import ConditionalQuery, InvalidQuery, parse_query
+from kvldp.common.instantaneous import InstantaneousRandomizer
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.ioh import JointStateMechanism
 from kvldp.common.primitives import FloatArray
@@ -96,6 +103,23 @@ class Collection:
             separators=(",", ":"),
         )
         return int.from_bytes(hashlib.sha256(canonical.encode()).digest()[:4], "big")
+
+    @cached_property
+    def estimation_mechanism(self) -> Mechanism:
+        """The mechanism of the reports the server receives: with instantaneous
+        randomization, the composed channel (the device's memoized report randomized again
+        at every send), whose estimators, standard errors, plausibility rule and audit are
+        the composed channel's; otherwise the device's mechanism itself."""
+        eps1 = self.privacy.instantaneous_epsilon
+        return self.mechanism if eps1 is None else self.mechanism.composed(eps1)
+
+    @property
+    def instantaneous_randomizer(self) -> InstantaneousRandomizer | None:
+        """The randomizer a device applies to every send of its memoized report (None
+        without ``privacy.instantaneous_epsilon``): the second half of
+        :attr:`estimation_mechanism`."""
+        composition = self.estimation_mechanism.composition
+        return None if composition is None else composition.randomizer
 
     def conditional_queries(self) -> list[ConditionalQuery]:
         """The conditional queries to export: the parsed ``aggregate.conditions``, where

@@ -100,6 +100,12 @@ def _parse_privacy(table: Any, mechanism: Mechanism) -> PrivacyConfig:
             "privacy.report_period: privkvm devices report once per round; params.round_period "
             "sets the pace of the rounds"
         )
+    instantaneous = privacy.instantaneous_epsilon
+    if instantaneous is not None and not instantaneous < mechanism.epsilon:
+        raise InvalidCollection(
+            f"privacy.instantaneous_epsilon: {instantaneous:g} must be below epsilon ({mechanism.epsilon:g}), "
+            "the budget of the memoized report it randomizes again"
+        )
     return privacy
 
 
@@ -160,6 +166,10 @@ def parse_collection(table: Mapping[str, Any], source: str = "collection") -> Co
             privacy=privacy,
         )
         collection.conditional_queries()  # validates every condition against keys and mechanism
+        try:
+            collection.estimation_mechanism  # noqa: B018 - solves the instantaneous randomization
+        except InvalidParameter as exc:
+            raise InvalidCollection(f"privacy.instantaneous_epsilon: {exc}") from None
         return collection
     except InvalidCollection as exc:
         raise InvalidCollection(f"{source}: {exc}") from None

@@ -250,6 +250,16 @@ PRIVACY = (
         "one report per device and period, kept by the device (`SKIPPED_PERIOD`) and by the "
         "aggregator's ledger (`budget_exceeded`)",
     ),
+    FieldSpec(
+        "instantaneous_epsilon",
+        "number",
+        "none",
+        "> 0 and below `epsilon` (and the mechanism's exact per-report level); needs `memoize = true`",
+        True,
+        "every send of a memoized report is randomized again (RAPPOR's instantaneous randomized "
+        "response): one report says at most this much about the device's input, a state at most "
+        "`epsilon`, and a re-send no longer shows that the state did not change",
+    ),
 )
 
 

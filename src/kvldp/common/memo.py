@@ -18,6 +18,14 @@ rounding, for key-value data. A device holds a permanent random ``secret`` (neve
   the server sees, so the report has exactly the mechanism's distribution: the same
   per-report audit holds.
 
+* **Public randomness.** Some report fields do not depend on the input (the key a
+  key-sampled mechanism reports on, OLH's hash seed: ``Mechanism.public_fields``). Keyed
+  by the state, they change with it, which is harmless while identical payloads already
+  show the server every change. With instantaneous randomization
+  (``[privacy] instantaneous_epsilon``) every send is randomized again and a change must
+  not show otherwise: the public fields are then drawn from a generator keyed by the
+  secret alone, permanent for the device (RAPPOR's cohorts are permanent alike).
+
 Devices store the payload they derived (``kvldp.producer.device_state``), so an unchanged
 state is re-sent byte for byte even if numpy's generator streams change between
 versions.
@@ -40,6 +48,7 @@ from kvldp.common.schema import Report, row
 SECRET_BYTES = 32
 _ALPHA_TAG = b"kvldp/alpha/v1"
 _REPORT_TAG = b"kvldp/memo/v1"
+_PUBLIC_TAG = b"kvldp/public/v1"
 
 
 def new_secret() -> bytes:
@@ -94,8 +103,14 @@ class State:
         return hashlib.sha256(self.encoded).hexdigest()[:32]
 
 
-def memoized_report(mechanism: Mechanism, secret: bytes, digest: int, state: State) -> Report:
-    """The report of ``state``: the mechanism's client with randomness keyed by the secret."""
+def memoized_report(
+    mechanism: Mechanism, secret: bytes, digest: int, state: State, permanent_public: bool = False
+) -> Report:
+    """The report of ``state``: the mechanism's client with randomness keyed by the secret
+    and the state. With ``permanent_public`` (a collection with instantaneous
+    randomization) the mechanism's public fields come from a generator keyed by the secret
+    alone, so they are the same for every state of the device."""
     rng = _keyed_generator(secret, _REPORT_TAG, digest, state.encoded)
-    batch = mechanism.perturb_many(state.users(mechanism.d), rng)
+    public = _keyed_generator(secret, _PUBLIC_TAG, digest, b"") if permanent_public else None
+    batch = mechanism.perturb_many(state.users(mechanism.d), rng, public)
     return row(batch, mechanism.fields(), 0)

@@ -121,29 +121,22 @@ def pack_bits(bits: NDArray[np.bool_]) -> NDArray[np.uint8]:
     return np.packbits(padded.reshape(-1), bitorder="little").reshape(n, nbytes)
 
 
-#: bits drawn per block by :func:`one_hot_bits` (bounds its temporary memory to ~10 MiB)
+#: bits drawn per block by :func:`bernoulli_bits` (bounds its temporary memory to ~10 MiB)
 _DRAW_BLOCK_BITS = 1 << 22
 
 
-def one_hot_bits(
-    index: IntArray, nbits: int, p: float, q: float, rng: np.random.Generator
-) -> NDArray[np.uint8]:
-    """Unary encoding's client: packed (n, ceil(nbits / 8)) bits (:func:`pack_bits`'s order)
-    where bit ``index[i]`` of row i is 1 with probability ``p`` and every other bit with
-    probability ``q``, all independently.
+def bernoulli_bits(n: int, nbits: int, prob: float, rng: np.random.Generator) -> NDArray[np.uint8]:
+    """Packed (n, ceil(nbits / 8)) bits (:func:`pack_bits`'s order, padding bits 0), each 1
+    with probability ``prob``, all independently.
 
     A bit costs one random byte instead of a float64 uniform (about 6x faster over the
-    3^d bits of IOH): it is 1 when its byte is below t = min(floor(256 q), 255), and where
-    the byte equals t (1 in 256) with probability r = 256 q - t, drawn as a uniform. So
-    Pr[1] = t / 256 + r / 256 = q exactly, and bits stay independent. The true bits are
-    then redrawn, one uniform each.
+    3^d bits of IOH): it is 1 when its byte is below t = min(floor(256 prob), 255), and
+    where the byte equals t (1 in 256) with probability r = 256 prob - t, drawn as a
+    uniform. So Pr[1] = t / 256 + r / 256 = prob exactly, and bits stay independent.
     """
-    n = index.shape[0]
-    if n and (int(index.min()) < 0 or int(index.max()) >= nbits):
-        raise ValueError(f"one_hot_bits: a true bit's index lies outside 0..{nbits - 1}")
     out = np.empty((n, (nbits + 7) // 8), dtype=np.uint8)
-    threshold = min(math.floor(256.0 * q), 255)
-    rest = 256.0 * q - threshold
+    threshold = min(math.floor(256.0 * prob), 255)
+    rest = 256.0 * prob - threshold
     block = max(1, _DRAW_BLOCK_BITS // max(nbits, 1))
     for start in range(0, n, block):
         rows = min(block, n - start)
@@ -153,6 +146,20 @@ def one_hot_bits(
         ties = np.flatnonzero(draws == threshold)
         bits.flat[ties] = rng.random(ties.size) < rest
         out[start : start + rows] = pack_bits(bits)
+    return out
+
+
+def one_hot_bits(
+    index: IntArray, nbits: int, p: float, q: float, rng: np.random.Generator
+) -> NDArray[np.uint8]:
+    """Unary encoding's client: packed (n, ceil(nbits / 8)) bits (:func:`pack_bits`'s order)
+    where bit ``index[i]`` of row i is 1 with probability ``p`` and every other bit with
+    probability ``q``, all independently: every bit drawn at ``q`` by
+    :func:`bernoulli_bits`, then the true bits redrawn, one uniform each."""
+    n = index.shape[0]
+    if n and (int(index.min()) < 0 or int(index.max()) >= nbits):
+        raise ValueError(f"one_hot_bits: a true bit's index lies outside 0..{nbits - 1}")
+    out = bernoulli_bits(n, nbits, q, rng)
     flat = out.reshape(-1)
     at = np.arange(n) * out.shape[1] + (index >> 3)
     mask = np.left_shift(1, index & 7).astype(np.uint8)

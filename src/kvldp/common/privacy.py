@@ -10,6 +10,7 @@ The ``[privacy]`` table of a collection file (covered by the collection digest):
     memoize = true           # a report is a deterministic function of (device secret, state)
     lifetime_epsilon = 20.0  # the most a device ever spends on this collection
     report_period = "1h"     # at most one report per period (and the aggregator refuses more)
+    instantaneous_epsilon = 0.5  # every send of a memoized report randomized again
 
 **Spending rule** (sequential composition, stated exactly):
 
@@ -26,7 +27,13 @@ What this bound covers: for any two lifetime input sequences with the same *patt
 state changes* (which periods share a state), the ratio of the probabilities of
 everything the server sees is at most ``exp(spent)``. Memoization does not hide *when*
 a state changes: identical payloads from one device show the server that its state did
-not change, and a new payload that it did (Ding et al. 2017 say so too). See
+not change, and a new payload that it did (Ding et al. 2017 say so too).
+
+``instantaneous_epsilon`` (eps1, with ``memoize``) randomizes every send of the memoized
+report again, RAPPOR's instantaneous randomized response: one report then says at most
+eps1 about the device's input, and a change of state shows only through reports that
+are all fresh anyway. The spending rule is unchanged: a new state still costs the
+per-report epsilon (the permanent response's eps-infinity), re-sends nothing. See
 ``docs/privacy.md``.
 """
 
@@ -63,6 +70,7 @@ class PrivacyConfig:
     memoize: bool = False
     lifetime_epsilon: float | None = None
     report_period_s: int | None = None
+    instantaneous_epsilon: float | None = None
 
     def as_table(self) -> dict[str, Any]:
         """The fields that differ from the defaults, as a TOML table (also the digest input)."""
@@ -73,6 +81,8 @@ class PrivacyConfig:
             table["lifetime_epsilon"] = self.lifetime_epsilon
         if self.report_period_s is not None:
             table["report_period"] = f"{self.report_period_s}s"
+        if self.instantaneous_epsilon is not None:
+            table["instantaneous_epsilon"] = self.instantaneous_epsilon
         return table
 
 
@@ -109,7 +119,18 @@ def parse_privacy(table: Any) -> PrivacyConfig:
         cap = number(cap, refuse, positive=True)
     period = table.get("report_period")
     period_s = None if period is None else parse_duration(period, "privacy.report_period")
-    return PrivacyConfig(memoize=memoize, lifetime_epsilon=cap, report_period_s=period_s)
+    instantaneous = table.get("instantaneous_epsilon")
+    if instantaneous is not None:
+        refuse = expected(InvalidPrivacy, "privacy.instantaneous_epsilon", "a positive finite number")
+        instantaneous = number(instantaneous, refuse, positive=True)
+        if not memoize:
+            raise InvalidPrivacy(
+                "privacy.instantaneous_epsilon: randomizes every send of a memoized report again; "
+                "it needs memoize = true"
+            )
+    return PrivacyConfig(
+        memoize=memoize, lifetime_epsilon=cap, report_period_s=period_s, instantaneous_epsilon=instantaneous
+    )
 
 
 def affordable_reports(per_report: float, cap: float | None) -> float:

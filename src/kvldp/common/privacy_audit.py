@@ -7,6 +7,11 @@ pair of inputs and every output, exactly, and compares it with the mechanism's e
 
 FLDP (FHR; docs/mechanisms.md, *FHR*) is audited on its own terms: the ratio is taken over outputs in
 the intersection of the two supports, and eta = min |R(t) ∩ R(t')| / max(|R(t)|, |R(t')|).
+
+A composed channel (a memoized report randomized again at every send; docs/mechanisms.md,
+*Instantaneous randomization*) is audited on its device's exact model composed with the
+randomizer (:func:`~kvldp.common.output_model.compose_model`), not on the composed
+channel's own parameters.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.output_model import DenseModel, OutputModel
+from kvldp.common.output_model import DenseModel, OutputModel, compose_model
 
 if TYPE_CHECKING:
     from kvldp.common.mechanisms.base import Mechanism
@@ -129,11 +134,22 @@ def fldp_eta(model: DenseModel) -> float:
     return float(ratio.min()) if ratio.shape[0] > 1 else 1.0
 
 
+def audited_model(mechanism: Mechanism, exhaustive: bool) -> OutputModel:
+    """The exact model the audit checks: the mechanism's own, or for a composed channel its
+    device's model composed with the instantaneous randomizer."""
+    if mechanism.composition is None:
+        return mechanism.audit_model(exhaustive=exhaustive)
+    device, randomizer = mechanism.composition.device, mechanism.composition.randomizer
+    return compose_model(
+        device.audit_model(exhaustive=exhaustive), randomizer.output.size, randomizer.contrast
+    )
+
+
 def audit(mechanism: Mechanism, exhaustive: bool | None = None) -> AuditResult:
     """Audit ``mechanism`` exactly. ``exhaustive=None`` enumerates every input when the
     mechanism says that is feasible and otherwise uses its symmetry-reduced model."""
     use_exhaustive = mechanism.exhaustive_feasible() if exhaustive is None else exhaustive
-    model = mechanism.audit_model(exhaustive=use_exhaustive)
+    model = audited_model(mechanism, use_exhaustive)
     fldp = mechanism.notion == "fldp"
     value, (i, j) = max_log_ratio(model, restrict_to_common=fldp)
     eps = mechanism.epsilon

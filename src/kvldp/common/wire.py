@@ -122,7 +122,9 @@ class WireFormat:
 
     def __init__(self, collection: Collection) -> None:
         self.collection = collection
-        self.mechanism = collection.mechanism
+        # what travels: the reports as the server receives them (with instantaneous
+        # randomization, the composed channel's, whose plausibility rule decoding applies)
+        self.mechanism = collection.estimation_mechanism
         self.fields: tuple[Field, ...] = self.mechanism.fields()
         self.names = tuple(f.name for f in self.fields)
         self.dtypes = {f.name: column_dtype(f) for f in self.fields}

@@ -166,7 +166,7 @@ def run_rounds_demo(collection: Collection, args: argparse.Namespace, external: 
 
                 def table() -> str:
                     device = np.array([sdk.privacy_spent(device) for device in ids])
-                    spent = spent_line(device, aggregator.state.device_spent())
+                    spent = spent_line(device, aggregator.state.device_spent(), collection)
                     return render_rounds(collection, aggregator, truth, target, started_ms, spent)
 
                 def accounted() -> int:  # folded, or refused as late for its round

@@ -27,13 +27,19 @@ from kvldp.kafka.client_config import KafkaConfig
 from kvldp.producer.collector import Collector
 
 
-def spent_line(device: np.ndarray, server: np.ndarray) -> str:
-    """Median and maximum epsilon spent per device, by the devices' and the server's count."""
+def spent_line(device: np.ndarray, server: np.ndarray, collection: Collection) -> str:
+    """Median and maximum epsilon spent per device, by the devices' and the server's count.
+    With ``instantaneous_epsilon`` the server's figure is only an upper bound (reports x the
+    per-send bound, :mod:`kvldp.aggregator.devices`), and says so."""
     if not device.size:
         return "epsilon spent per device: -"
     text = f"epsilon spent per device: median {np.median(device):g}, max {device.max():g}"
     if server.size:
-        text += f"   (server's count: median {np.median(server):g}, max {server.max():g})"
+        if collection.instantaneous_randomizer is None:
+            figure = "server's count"
+        else:
+            figure = "server's upper bound (instantaneous randomization)"
+        text += f"   ({figure}: median {np.median(server):g}, max {server.max():g})"
     return text
 
 

@@ -7,7 +7,8 @@ The built-in collection memoizes (``[privacy]``): a device whose state did not c
 re-sends its report and spends nothing, and the aggregator counts each device once, at
 its latest report. The table shows every key's estimate +- standard error next to the
 true value (:class:`Truth`), and the median and maximum epsilon spent per device, as the
-devices count it and as the server does.
+devices count it and as the server does (a collection with ``instantaneous_epsilon``: the
+server's upper bound, :func:`kvldp.demo.live.spent_line`).
 """
 
 from __future__ import annotations
@@ -126,7 +127,7 @@ def run_periods_demo(collection: Collection, args: argparse.Namespace, external:
                 )
 
                 def table() -> str:
-                    spent = spent_line(fleet.spent(sdk), aggregator.state.device_spent())
+                    spent = spent_line(fleet.spent(sdk), aggregator.state.device_spent(), collection)
                     return render(collection, aggregator, truth.table(), target, spent)
 
                 failure = await watch(

@@ -17,6 +17,10 @@ Coverage is a proportion over ``repeats × keys`` pairs, so its Monte Carlo stan
 error is about sqrt(0.95 · 0.05 / pairs) (more when the keys of one collection err
 together); the ratio's, about 1 / sqrt(2 · repeats) per key before the median.
 Reference: docs/mechanisms.md, *Calibration of standard errors*.
+
+A composed channel (``Mechanism.composed``: a memoized report randomized again at every
+send; docs/mechanisms.md, *Instantaneous randomization*) is calibrated the same way: its
+collections are the device's reports randomized again, estimated as the composed channel.
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ class Calibration:
     repeats: int
     frequency: QuantityCalibration
     mean: QuantityCalibration | None
+    #: the memoized report's epsilon of a composed channel (``epsilon`` is then its per-report
+    #: eps1); None for a mechanism's own reports
+    state_epsilon: float | None = None
 
 
 def summarise(
@@ -143,7 +150,8 @@ def calibrate(
     mean = (
         summarise(arr["m"], arr["mse"], arr["mlo"], arr["mhi"], true_m) if mechanism.collects_values else None
     )
-    return Calibration(mechanism.name, estimator, mechanism.epsilon, repeats, freq, mean)
+    state = None if mechanism.composition is None else mechanism.composition.device.epsilon
+    return Calibration(mechanism.name, estimator, mechanism.epsilon, repeats, freq, mean, state)
 
 
 #: the ε grid of the calibration table

@@ -4,7 +4,9 @@ estimator × ε, written as CSV, a Markdown report and a plot of coverage agains
 The table is what docs/results/calibration/ holds; each row comes from
 :func:`kvldp.evaluation.calibration.calibrate`. A row passes when the coverage of its
 frequencies and means lies in [0.93, 0.97] and the median stderr/RMSE in [0.85, 1.15];
-quantities without a standard error (documented per estimator) are shown as "—".
+quantities without a standard error (documented per estimator) are shown as "—". Rows of
+composed channels (instantaneous randomization; docs/results/calibration-instantaneous/)
+add the memoized report's ε, ``state_epsilon``, beside the per-report ε.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ class CalibrationRow:
             "mean_answered": m.answered if m else None,
             "mean_with_stderr": m.with_stderr if m else None,
             "passes": passes(c),
+            "state_epsilon": c.state_epsilon,
         }
         return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in raw.items()}
 
@@ -85,24 +88,33 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+def _composed(rows: list[CalibrationRow]) -> bool:
+    """Whether any row is a composed channel's (its table shows both epsilons)."""
+    return any(row.calibration.state_epsilon is not None for row in rows)
+
+
 def table(rows: list[CalibrationRow]) -> str:
     """The Markdown table of the rows (coverage, ratio and answered share per quantity)."""
+    composed = _composed(rows)
+    epsilons = "ε per state | ε per report" if composed else "ε"
     head = (
-        "| mechanism | estimator | ε | f coverage | f ratio | mean coverage | mean ratio "
-        "| means answered | passes |\n|---|---|---|---|---|---|---|---|---|"
+        f"| mechanism | estimator | {epsilons} | f coverage | f ratio | mean coverage | mean ratio "
+        f"| means answered | passes |\n|{'---|' * (10 if composed else 9)}"
     )
     lines = [head]
     for row in rows:
         r = row.record()
         se = r["mean_with_stderr"]
         no_se = se is not None and se == 0.0
+        state = [_cell(r["state_epsilon"])] if composed else []
         lines.append(
             "| "
             + " | ".join(
                 [
                     r["mechanism"],
                     r["estimator"],
-                    f"{r['epsilon']:g}",
+                    *state,
+                    f"{r['epsilon']:.4g}" if composed else f"{r['epsilon']:g}",
                     _cell(r["frequency_coverage"]),
                     _cell(r["frequency_ratio"]),
                     "no stderr" if no_se else _cell(r["mean_coverage"]),
@@ -120,7 +132,8 @@ def write(rows: list[CalibrationRow], out: Path, command: str) -> list[Path]:
     """Write results.csv, README.md and (with matplotlib) coverage.png into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     csv_path = out / "results.csv"
-    write_csv(csv_path, COLUMNS, (row.record() for row in rows))
+    columns = (*COLUMNS, "state_epsilon") if _composed(rows) else COLUMNS
+    write_csv(csv_path, columns, ({k: v for k, v in row.record().items() if k in columns} for row in rows))
     paths = [csv_path]
     png, note = _plot(rows, out / "coverage.png")
     paths.extend(png)
@@ -133,6 +146,16 @@ def write(rows: list[CalibrationRow], out: Path, command: str) -> list[Path]:
             "",
             f"Made by `{command}`.",
             "",
+            *(
+                [
+                    "Composed channels: every report is the device's memoized report randomized again",
+                    "(docs/mechanisms.md, *Instantaneous randomization*), at ε per report; ε per state is",
+                    "the memoized report's.",
+                    "",
+                ]
+                if _composed(rows)
+                else []
+            ),
             "Per row: coverage = share of (collection, key) pairs whose exported 95% interval holds the",
             "truth; ratio = median over keys of (mean exported standard error) / (RMSE of the estimate);",
             "means answered = share of pairs with a finite mean (the rest are *not estimable*: their",
@@ -165,6 +188,13 @@ def _plot(rows: list[CalibrationRow], path: Path) -> tuple[list[Path], str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return [], "Plot: not drawn — matplotlib is missing (install the `plots` extra)."
+    # composed channels against their memoized report's epsilon: their per-report epsilons
+    # are a share of each mechanism's exact level, not one grid
+    composed = _composed(rows)
+
+    def x_of(c: Calibration) -> float:
+        return c.state_epsilon if composed and c.state_epsilon is not None else c.epsilon
+
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, quantity in zip(axes, ("frequency", "mean"), strict=True):
         series: dict[str, list[tuple[float, float]]] = {}
@@ -173,17 +203,17 @@ def _plot(rows: list[CalibrationRow], path: Path) -> tuple[list[Path], str]:
             q = c.frequency if quantity == "frequency" else c.mean
             if q is None or q.with_stderr == 0.0 or math.isnan(q.coverage):
                 continue
-            series.setdefault(f"{c.mechanism}/{c.estimator}", []).append((c.epsilon, q.coverage))
+            series.setdefault(f"{c.mechanism}/{c.estimator}", []).append((x_of(c), q.coverage))
         for label, points in series.items():
             xs, ys = zip(*sorted(points), strict=True)
             ax.plot(xs, ys, marker="o", linewidth=0.8, markersize=3, label=label)
         ax.axhspan(*COVERAGE_BAND, color="0.85", zorder=0)
         ax.axhline(0.95, color="0.4", linewidth=0.8, linestyle="--")
         ax.set_xscale("log")
-        ticks = sorted({row.calibration.epsilon for row in rows})
+        ticks = sorted({x_of(row.calibration) for row in rows})
         ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
         ax.minorticks_off()
-        ax.set_xlabel("ε")
+        ax.set_xlabel("ε per state (memoized report)" if composed else "ε")
         ax.set_title(f"{quantity}: coverage of the 95% interval")
     axes[0].set_ylabel("coverage")
     handles, labels = axes[0].get_legend_handles_labels()

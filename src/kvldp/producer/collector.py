@@ -38,7 +38,11 @@ gateway or simulator reports for, in memory or one file each under ``state_dir``
 file may be shared by several processes: each change is made under the file's lock, to
 what the file holds. Memoized and period-limited reports go out one per
 message, keyed by their device id, because the aggregator tells devices apart by the Kafka
-key. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
+key. With ``privacy.instantaneous_epsilon`` every send of a memoized report, the first
+and every re-send, is the stored report randomized again with fresh randomness
+(:mod:`kvldp.common.instantaneous`), so no two sends of a state are alike; each reveals
+at most ``instantaneous_epsilon`` about the device's input, and a state still costs the
+collection's epsilon once. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
 come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
 that perturbs whole blocks of devices at once.
 
@@ -240,6 +244,8 @@ class Collector:
         #: states of the other device ids this collector reports for (gateways, simulators)
         self.fleet = Fleet(self.collection, state_dir, state_lock_timeout)
         self._tracked = tracks_privacy(self.collection)
+        #: with ``privacy.instantaneous_epsilon``, what randomizes every send of a memoized report
+        self._randomizer = self.collection.instantaneous_randomizer
         self._warn_unsaved = warn_unsaved and self._tracked and state_path is None
         #: warn once that other devices' states live in memory (when the aggregator limits devices)
         self._warn_fleet = (
@@ -437,7 +443,7 @@ class Collector:
         by ``device_id`` (default: this collector's id).
 
         Returns SENT (a report that cost epsilon), RESENT (a memoized state sent again,
-        free), SKIPPED_PERIOD (nothing sent: this device already reported in this
+        free; randomized again with ``privacy.instantaneous_epsilon``), SKIPPED_PERIOD (nothing sent: this device already reported in this
         ``report_period``) or SKIPPED_BUDGET (nothing sent, nothing spent: this device
         already sent ``aggregate.max_reports_per_device`` reports in this
         ``budget_window``, and the aggregator would refuse one more); for an interactive
@@ -590,7 +596,10 @@ class Collector:
         """One block under the spending rule: decide (and record) per device, then send.
 
         Memoized devices need one keyed mechanism call per state they never reported
-        before (their randomness is their own); a re-send is a lookup. Without
+        before (their randomness is their own); a re-send is a lookup. With
+        ``privacy.instantaneous_epsilon`` every report going out, new or re-sent, is the
+        stored permanent report randomized again with fresh draws from :attr:`rng`, the
+        block's reports at once; the stored payload itself never goes out. Without
         memoization the block is perturbed at once and the reports that may go are kept.
         """
         ts_ms = self._now_ms()
@@ -616,6 +625,8 @@ class Collector:
             if not keep:
                 return summary
             batch = from_rows(reports, self.wire.fields)
+            if self._randomizer is not None:
+                batch = self._randomizer.randomize(batch, self.rng)
         else:
             for u, device in enumerate(device_ids):
                 status = self._state_of(device).fresh(self.collection, period, window)

@@ -6,7 +6,9 @@ A device that reports for a long time must never forget what it already spent
 * the device **secret** (:func:`kvldp.common.memo.new_secret`, created once, never sent), which
   keys the alpha-point rounding and the memoized reports;
 * the **memo table**: state fingerprint -> the payload first derived for that state. A
-  re-send is a table lookup, so it is byte-identical even if numpy's generators change;
+  re-send is a table lookup, so it is byte-identical even if numpy's generators change
+  (with ``privacy.instantaneous_epsilon`` the table keeps the permanent report, and the
+  collector randomizes every send of it again);
 * the **ledger**: how many reports were charged epsilon, the last report period, and
   for an interactive collection (PrivKVM) the rounds the device reported in: round r
   costs the mechanism's ``round_epsilon(r)``, and a second report in one round is refused;
@@ -96,7 +98,8 @@ class ReportStatus(enum.Enum):
 
     #: sent; it cost the collection's epsilon (a state never reported before, or no memoization)
     SENT = "sent"
-    #: the stored payload of an already reported state was sent again; it cost nothing
+    #: the stored payload of an already reported state was sent again (with
+    #: ``privacy.instantaneous_epsilon``, randomized again); it cost nothing
     RESENT = "resent"
     #: not sent: the device already reported in this ``report_period``, or in a later one (a
     #: process sharing the state file with a later clock, or a clock set back)
@@ -347,8 +350,17 @@ class DeviceState:
     ) -> tuple[ReportStatus, Report | None]:
         """Apply the rule to a memoized report of the normalised pairs (``keys``, ``values``)
         at report period ``period`` and budget window ``window`` (:func:`budget_window_of`);
-        returns the status and the payload to send (None when nothing is sent). A spend is
-        written before this returns."""
+        returns the status and the state's stored payload (None when nothing is sent). A
+        spend is written before this returns.
+
+        With ``privacy.instantaneous_epsilon`` the payload is the permanent report, its
+        public fields keyed by the secret alone (:func:`~kvldp.common.memo.memoized_report`
+        with ``permanent_public``), and it is what the memo table keeps; the caller sends
+        it randomized again, freshly, every time (the collection's
+        :attr:`~kvldp.common.collection.Collection.instantaneous_randomizer`). The charge is
+        unchanged, epsilon once per state: the sends of a state are post-processing of its
+        one permanent report, and each send reveals besides at most ``instantaneous_epsilon``
+        about the input."""
         if self._reported_since(period):
             return ReportStatus.SKIPPED_PERIOD, None
         if self._over_budget(collection, window):
@@ -367,7 +379,8 @@ class DeviceState:
             return ReportStatus.RESENT, stored
         if would_exceed(collection.epsilon, collection.privacy.lifetime_epsilon, self.charged):
             return ReportStatus.EXHAUSTED, None
-        report = memoized_report(mechanism, self.secret, self.digest, state)
+        permanent_public = collection.privacy.instantaneous_epsilon is not None
+        report = memoized_report(mechanism, self.secret, self.digest, state, permanent_public)
         self.memo[state.fingerprint] = report
         self.charged += 1
         self.last_period = period

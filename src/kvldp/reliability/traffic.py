@@ -91,7 +91,8 @@ def report_batches(
     users = simulate.simulate(collection, "gaussian", reports, seed)
     # the rare genuine report the plausibility rule refuses (docs/plausibility.md) is left out,
     # so every message is one the aggregator folds
-    perturbed = collection.mechanism.plausible(collection.mechanism.perturb_many(users, rng))
+    mechanism = collection.estimation_mechanism  # what devices send, randomized again if they do
+    perturbed = mechanism.plausible(mechanism.perturb_many(users, rng))
     ids = np.random.default_rng([seed, 1]).integers(1, 2**64, size=reports, dtype=np.uint64)
     rids = ids if with_rids else np.zeros(reports, dtype=np.uint64)
     now = int(time.time() * 1000)
@@ -109,7 +110,7 @@ def report_batches(
         messages.append(Message(key, value, now, n))
         parts.append(part)
         rid_parts.append(part_rids)
-    return Traffic(messages, parts, rid_parts, collection.mechanism.new_stats().fold(perturbed))
+    return Traffic(messages, parts, rid_parts, mechanism.new_stats().fold(perturbed))
 
 
 def canaries(collection: Collection, batch: int, seed: int) -> list[Message]:

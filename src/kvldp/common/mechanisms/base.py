@@ -9,10 +9,25 @@ A concrete mechanism provides
 4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.privacy_audit`);
 5. optionally, the exact one-report plausibility rule: ``plausibility_rule`` and
    ``report_statistic`` (see :mod:`kvldp.common.plausibility`; by default no report is
-   implausible).
+   implausible);
+6. for memoized collections, the instantaneous randomization of its reports
+   (:mod:`kvldp.common.instantaneous`): ``randomized_output``, the solve of the
+   randomizer's strength and the composed channel, which is again a mechanism (see
+   *Composed channels* below).
 
 Adding a mechanism means adding one module and registering it; producer and aggregator
 only ever talk to this interface.
+
+Composed channels. :meth:`Mechanism.composed` returns the channel a device's input goes
+through when its memoized report (this mechanism's client) is randomized again at every
+send: a mechanism with the same fields, statistics and wire, whose client is this
+mechanism's client followed by the randomizer, and whose estimators, standard errors,
+plausibility rule and exact model are those of the composed channel. Its ``epsilon`` is
+the per-report guarantee eps1 the randomizer was solved for; its :attr:`composition`
+holds the device's mechanism and the randomizer. Where the composed channel stays in the
+mechanism's family it is the mechanism at eps1 (the default of
+:meth:`Mechanism._composed_channel`); the other mechanisms build it themselves
+(docs/mechanisms.md, *Instantaneous randomization*).
 """
 
 from __future__ import annotations
@@ -20,7 +35,9 @@ from __future__ import annotations
 import abc
 import hashlib
 import json
+import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -29,6 +46,7 @@ from numpy.typing import NDArray
 
 from kvldp.common.errors import KvldpError
 from kvldp.common.estimate import Estimate
+from kvldp.common.instantaneous import InstantaneousRandomizer, RandomizedOutput
 from kvldp.common.kvdata import KVData
 from kvldp.common.output_model import OutputModel
 from kvldp.common.params import InvalidParameter, Param, ParamValue, parse_params
@@ -49,6 +67,8 @@ from kvldp.common.typed_fields import integer, number
 IntArray = NDArray[np.int64]
 Validation = tuple[NDArray[np.bool_], NDArray[np.object_]]
 
+#: relative difference under which a per-report epsilon counts as equal to a mechanism's level
+_LEVEL_RTOL = 1e-9
 #: users perturbed per block by :meth:`Mechanism.collect` (bounds simulator memory)
 COLLECT_CHUNK = 1 << 17
 
@@ -57,12 +77,24 @@ class UnknownEstimator(KvldpError):
     """The requested estimator does not exist for this mechanism."""
 
 
+@dataclass(frozen=True)
+class Composition:
+    """What a composed channel is made of: the ``device``'s mechanism (the memoized,
+    permanent randomized response) and the instantaneous ``randomizer`` of every send."""
+
+    device: Mechanism
+    randomizer: InstantaneousRandomizer
+
+
 class Mechanism(abc.ABC):
     """Base class of every LDP mechanism. Instances are immutable configurations."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
-    notion: ClassVar[str] = "ldp"
+    #: the privacy notion of one report ("ldp", or "fldp" for FHR)
+    notion: str = "ldp"
+    #: set on a composed channel (:meth:`composed`): the device's mechanism and the randomizer
+    composition: Composition | None = None
     params_spec: ClassVar[tuple[Param, ...]] = ()
     estimator_names: ClassVar[tuple[str, ...]] = ("unbiased", "normsub")
     collects_values: ClassVar[bool] = True
@@ -100,12 +132,17 @@ class Mechanism(abc.ABC):
         """Derive probabilities from (d, epsilon, params); raise InvalidParameter on bad combinations."""
 
     def __repr__(self) -> str:
+        if self.composition is not None:
+            return f"{self.composition.device!r}.composed({self.epsilon!r})"
         extra = "".join(f", {k}={v!r}" for k, v in self.params.items())
         return f"{type(self).__name__}(d={self.d}, epsilon={self.epsilon!r}{extra})"
 
     # ----------------------------------------------------------------- configuration
     @property
     def config(self) -> dict[str, Any]:
+        """The configuration; a composed channel's is its device's plus the per-report eps1."""
+        if self.composition is not None:
+            return {**self.composition.device.config, "instantaneous_epsilon": self.epsilon}
         return {"mechanism": self.name, "d": self.d, "epsilon": self.epsilon, "params": dict(self.params)}
 
     @cached_property
@@ -190,19 +227,36 @@ class Mechanism(abc.ABC):
             raise InvalidReport(f"{self.name} report {i} is invalid: {reasons[i]}")
 
     # ----------------------------------------------------------------- client
+    def public_fields(self) -> tuple[str, ...]:
+        """Report fields drawn independently of the input (a sampled key, a hash seed): the
+        mechanism's public randomness, which :meth:`perturb_many` draws from its
+        ``public_rng`` when given one. None by default."""
+        return ()
+
     def perturb(self, pairs: Mapping[int, float], rng: np.random.Generator) -> Report:
         """Perturb one device's pairs (key index -> value in [-1, 1]) into one report."""
         batch = self.perturb_many(KVData.from_pairs(self.d, [pairs]), rng)
         return row(batch, self.fields(), 0)
 
-    def perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        """Perturb every user's pairs; one report per user, as a columnar batch."""
+    def perturb_many(
+        self, users: KVData, rng: np.random.Generator, public_rng: np.random.Generator | None = None
+    ) -> ReportBatch:
+        """Perturb every user's pairs; one report per user, as a columnar batch. The
+        :attr:`public_fields` are drawn from ``public_rng`` when one is given, else from
+        ``rng`` at the same point of its stream (so a report is the same either way when
+        both are the same generator)."""
         if users.d != self.d:
             raise InvalidParameter(f"{self.name} is configured for d={self.d} keys, the data has d={users.d}")
-        return self._perturb_many(users, rng)
+        if self.composition is not None:  # the device's client, then the instantaneous randomizer
+            device, randomizer = self.composition.device, self.composition.randomizer
+            return randomizer.randomize(device.perturb_many(users, rng, public_rng), rng)
+        return self._perturb_many(users, rng, rng if public_rng is None else public_rng)
 
     @abc.abstractmethod
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch: ...
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        """The client on a batch of users; ``public`` draws the :attr:`public_fields`."""
 
     def plausible(self, batch: ReportBatch) -> ReportBatch:
         """The rows the plausibility rule keeps, as the aggregator keeps them: genuine
@@ -257,9 +311,83 @@ class Mechanism(abc.ABC):
     @abc.abstractmethod
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate: ...
 
+    # ----------------------------------------------------------------- instantaneous randomization
+    def randomized_output(self) -> RandomizedOutput:
+        """The report fields an instantaneous randomization acts on (every field but the
+        public ones)."""
+        raise InvalidParameter(f"{self.name} has no instantaneous randomization")
+
+    def instantaneous(self, epsilon_per_report: float) -> InstantaneousRandomizer:
+        """The instantaneous randomizer of this mechanism's reports whose composed channel
+        (this client, then the randomizer) is exactly ``epsilon_per_report``-LDP with
+        respect to the device's input. It must lie below the mechanism's own exact
+        per-report level: randomizing again only adds noise."""
+        output = self.randomized_output()
+        eps1 = number(
+            epsilon_per_report,
+            lambda v: InvalidParameter(
+                f"{self.name}: the per-report epsilon must be a positive number, got {v!r}"
+            ),
+            positive=True,
+        )
+        level = self._per_report_level()
+        # a level computed in floating point may land a rounding error above the epsilon it
+        # equals (PCKV-UE's exact level at epsilon 4): equal within rounding is not below
+        if not eps1 < level or math.isclose(eps1, level, rel_tol=_LEVEL_RTOL):
+            raise InvalidParameter(
+                f"{self.name}: a per-report epsilon of {eps1:g} must lie below the mechanism's own exact "
+                f"per-report level, {level:.6g}: randomizing its reports again only adds noise"
+            )
+        return InstantaneousRandomizer(output, self._instantaneous_contrast(eps1), eps1)
+
+    def composed(self, epsilon_per_report: float) -> Mechanism:
+        """The composed channel at ``epsilon_per_report`` (see the module docstring): what the
+        server receives from a device that memoizes this mechanism's report and randomizes
+        every send again."""
+        if self.composition is not None:
+            raise InvalidParameter(f"{self!r} is already a composed channel")
+        randomizer = self.instantaneous(epsilon_per_report)
+        channel = self._composed_channel(randomizer)
+        channel.epsilon = randomizer.epsilon_per_report
+        channel.composition = Composition(self, randomizer)
+        return channel
+
+    def _composed_channel(self, randomizer: InstantaneousRandomizer) -> Mechanism:
+        """A new mechanism whose model is the composed channel's. Default: the channel stays
+        in the mechanism's family, and is the mechanism at the per-report epsilon with the
+        parameters of :meth:`_family_params`."""
+        return type(self)(self.d, randomizer.epsilon_per_report, **self._family_params())
+
+    def _family_params(self) -> dict[str, ParamValue]:
+        """The parameters of the mechanism at another epsilon in the same family (those a
+        default resolves from epsilon fixed at this configuration's values)."""
+        return dict(self.params)
+
+    def _contrast(self, epsilon: float) -> float:
+        """p - q of the mechanism's channel at ``epsilon``: the probability of reporting the
+        true symbol (bit) minus that of another, which the randomizer multiplies by its
+        contrast. Mechanisms whose composed channel stays in their family define it."""
+        raise InvalidParameter(f"{self.name} has no instantaneous randomization")
+
+    def _instantaneous_contrast(self, epsilon_per_report: float) -> float:
+        """The randomizer's contrast for ``epsilon_per_report``. Default (the composed channel
+        stays in the family): the ratio of the family's contrasts at eps1 and at epsilon."""
+        return self._contrast(epsilon_per_report) / self._contrast(self.epsilon)
+
+    def _per_report_level(self) -> float:
+        """The exact privacy level of one report of this mechanism, above which no
+        instantaneous randomization can be solved. Default: epsilon (tight)."""
+        return self.epsilon
+
     # ----------------------------------------------------------------- privacy
     def claimed_epsilon(self) -> float:
-        """The privacy level the mechanism's analysis proves (<= epsilon); audits compare to it."""
+        """The privacy level the mechanism's analysis proves (<= epsilon); audits compare to it.
+        A composed channel's is the per-report epsilon it was solved for."""
+        return self.epsilon if self.composition is not None else self._analysed_epsilon()
+
+    def _analysed_epsilon(self) -> float:
+        """The level the mechanism's own analysis proves (Theorems, exact compositions); by
+        default epsilon."""
         return self.epsilon
 
     def fldp_eta(self) -> float:

@@ -9,14 +9,21 @@ m = (m_all - (1 - f) v_default) / f (Eq. 2; eps2 in m_all per the erratum), NaN 
 f <= 1/N, clipped into [-1, 1]. ``em`` fits the identifiable three-state model whose
 non-holder value is Disc(v_default), the protocol's own known fake distribution.
 eps1 + eps2 = eps by composition; tight when |v_default| = 1.
+
+Instantaneous randomization flips the key bit and the value bit independently, each
+with the same probability: the composed channel is F2M at the composed levels
+p_i* = (1 - lambda)/2 + lambda p_i, estimated on the composed transition
+(:class:`~kvldp.common.mechanisms.keysampled.TransitionComposed`), where the paper's
+estimator at (p1*, p2*) is A M^-1.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from kvldp.common.instantaneous import BitsOutput
 from kvldp.common.mechanisms.base import IntArray
-from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
+from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, TransitionComposed
 from kvldp.common.mechanisms.privkv import KEY_FRACTION
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.params import Param
@@ -33,7 +40,7 @@ DEFAULT_VALUE = Param(
 
 
 @register
-class F2M(KeySampledMechanism):
+class F2M(TransitionComposed):
     """F2M: the sampled key's bit by randomized response at eps1, its value by VPP at eps2, a
     default value for non-holders."""
 
@@ -59,8 +66,12 @@ class F2M(KeySampledMechanism):
         p[:, ABSENT] = np.outer(key[0], fake).ravel()
         self._p = p
 
-    def transition(self) -> FloatArray:
+    def client_transition(self) -> FloatArray:
         return self._p
+
+    def randomized_output(self) -> BitsOutput:
+        """The key bit (bit 1 of c) and the value bit (bit 0)."""
+        return BitsOutput(self.symbol_field, 2, packed=False)
 
     def _perturb_states(self, states: IntArray, rng: np.random.Generator) -> IntArray:
         n = states.shape[0]
@@ -72,7 +83,7 @@ class F2M(KeySampledMechanism):
         v_rep = flip(v_star, self.p2, rng)
         return (2 * k_rep.astype(np.int64) + (v_rep.astype(np.int64) + 1) // 2).astype(np.int64)
 
-    def linear_inverse(self) -> FloatArray:
+    def client_inverse(self) -> FloatArray:
         ones = np.ones(4)
         key1 = np.array([0.0, 0.0, 1.0, 1.0])  # pi(k' = 1)
         vdiff = np.array([-1.0, 1.0, -1.0, 1.0])  # pi(v' = +1) - pi(v' = -1)

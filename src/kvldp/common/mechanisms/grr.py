@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from kvldp.common.em import parse_em_options
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance
 from kvldp.common.mechanisms.registry import register
@@ -59,7 +60,16 @@ class GRR(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("y", "uint", 0, self.domain),)
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput(("y",), self.domain)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = grr_probs(epsilon, self.domain)
+        return p - q
+
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         keep = rng.random(items.shape[0]) < self.p
         other = (items + rng.integers(1, self.domain, size=items.shape[0])) % self.domain
         return {"y": np.where(keep, items, other).astype(np.int64)}

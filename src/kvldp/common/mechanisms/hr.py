@@ -20,6 +20,7 @@ import math
 
 import numpy as np
 
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle
 from kvldp.common.mechanisms.registry import register
@@ -62,7 +63,16 @@ class HR(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("y", "uint", 0, self.k),)
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput(("y",), self.k)
+
+    def _contrast(self, epsilon: float) -> float:
+        """2 p_in - 1: K/2 times the gap between a column inside the item's half and one outside."""
+        return math.tanh(epsilon / 2.0)
+
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         inside = rng.random(items.shape[0]) < self.p_in
         sign = np.where(inside, 1, -1).astype(np.int64)
         return {"y": uniform_in_half(items + 1, sign, self.k, rng)}

@@ -57,6 +57,7 @@ from kvldp.common.conditional import (
     joint_states,
 )
 from kvldp.common.estimate import Estimate
+from kvldp.common.instantaneous import BitsOutput
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.registry import register
@@ -160,7 +161,7 @@ class IOH(JointStateMechanism):
 
     def _setup(self) -> None:
         self.n_cells = 3**self.d
-        self.p, self.q = self.ue_probabilities()
+        self.p, self.q = self.ue_probabilities(self.epsilon)
         rule, accepted = self._plausibility()
         self.accepted = accepted if rule.active else OneHotAccepted(1.0, self.p, self.q, 1.0)
         # Var of one calibrated cell: n * noise + A_i * signal (docs/mechanisms.md, *IOH*)
@@ -178,17 +179,26 @@ class IOH(JointStateMechanism):
         """The number of set bits (at most 3^d)."""
         return np.asarray(np.minimum(set_bits(batch["a"]), self.n_cells), dtype=np.int64)
 
-    def ue_probabilities(self) -> tuple[float, float]:
-        """(p, q) of the unary encoding: Sun et al. 2019's SUE at eps/2 per bit (the one thing an OUE
-        variant changes)."""
-        p = rr_keep(self.epsilon / 2.0)
+    def ue_probabilities(self, epsilon: float) -> tuple[float, float]:
+        """(p, q) of the unary encoding at ``epsilon``: Sun et al. 2019's SUE at epsilon/2 per bit
+        (the one thing an OUE variant changes)."""
+        p = rr_keep(epsilon / 2.0)
         return p, 1.0 - p
+
+    def randomized_output(self) -> BitsOutput:
+        return BitsOutput("a", self.n_cells, packed=True)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = self.ue_probabilities(epsilon)
+        return p - q
 
     # --------------------------------------------------------------- client
     def fields(self) -> tuple[Field, ...]:
         return (Field("a", "bits", 0, self.n_cells),)
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         index = joint_index(joint_states(users, rng))
         return {"a": one_hot_bits(index, self.n_cells, self.p, self.q, rng)}
 

@@ -53,11 +53,12 @@ from kvldp.common.conditional import (
     joint_state_probabilities,
     joint_states,
 )
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.ioh import IOH, JointStateMechanism
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
+from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout, discrete_users
 from kvldp.common.params import InvalidParameter, Param
 from kvldp.common.primitives import FloatArray, hadamard_entry, rr_keep
 from kvldp.common.schema import Field, ReportBatch
@@ -77,8 +78,8 @@ class IOHOUE(IOH):
     name = "ioh_oue"
     summary = "IOH with optimised unary encoding bits (p = 1/2, q = 1/(e^eps+1)): same report, lower variance"
 
-    def ue_probabilities(self) -> tuple[float, float]:
-        return 0.5, 1.0 / (math.exp(self.epsilon) + 1.0)
+    def ue_probabilities(self, epsilon: float) -> tuple[float, float]:
+        return 0.5, 1.0 / (math.exp(epsilon) + 1.0)
 
 
 def digit_weights(states: Sequence[int]) -> FloatArray:
@@ -138,9 +139,21 @@ class IOHHRR(JointStateMechanism):
     def fields(self) -> tuple[Field, ...]:
         return (Field("j", "uint", 0, self.k), Field("b", "uint", 0, 2))
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def public_fields(self) -> tuple[str, ...]:
+        """The coefficient is drawn independently of the joint state."""
+        return ("j",)
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput(("b",), 2)
+
+    def _contrast(self, epsilon: float) -> float:
+        return 2.0 * rr_keep(epsilon) - 1.0
+
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         x = state_codes(joint_states(users, rng))
-        rank = np.asarray(rng.integers(0, self.k, size=users.n_users), dtype=np.int64)
+        rank = np.asarray(public.integers(0, self.k, size=users.n_users), dtype=np.int64)
         sign = hadamard_entry(x, self.coefficients[rank]).astype(np.int64)
         kept = rng.random(users.n_users) < self.p
         reported = np.where(kept, sign, -sign)
@@ -261,4 +274,4 @@ class IOHHRR(JointStateMechanism):
         sign = hadamard_entry(x[:, None], self.coefficients[None, :])
         plus = np.where(sign > 0, self.p, 1.0 - self.p) / self.k
         probs = np.stack([1.0 / self.k - plus, plus], axis=2).reshape(x.shape[0], -1)
-        return DenseModel(np.asarray(probs, dtype=np.float64), tuple(labels))
+        return DenseModel(np.asarray(probs, dtype=np.float64), tuple(labels), PatternLayout(self.k, 1, 2))

@@ -31,7 +31,7 @@ from kvldp.common.intervals import clipped_interval, interval_stderr
 from kvldp.common.kvdata import InvalidUserData, KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.padding import sample_slots, slot_weights
-from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
+from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, PatternLayout, discrete_users
 from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray
 from kvldp.common.schema import ReportBatch
@@ -135,12 +135,17 @@ class ItemOracle(Mechanism):
             w[:, self.d] = padding
         return w
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        return self._perturb_items(self.sample_items(users, rng), rng)
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        return self._perturb_items(self.sample_items(users, rng), rng, public)
 
     @abc.abstractmethod
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
-        """The oracle's client on item indices in [0, domain)."""
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        """The oracle's client on item indices in [0, domain); ``public`` draws the
+        :attr:`public_fields`."""
 
     # --------------------------------------------------------------- estimation
     @property
@@ -250,11 +255,16 @@ class ItemOracle(Mechanism):
     def audit_model(self, exhaustive: bool) -> OutputModel:
         users, labels = self.audit_users(exhaustive)
         weights = self.item_weights(users)
-        return DenseModel(self._mixture_output_probs(weights), labels)
+        probs = self._mixture_output_probs(weights)
+        return DenseModel(probs, labels, self._output_layout(probs.shape[1]))
 
     def _mixture_output_probs(self, weights: FloatArray) -> FloatArray:
         """Pr[z | user] for users given by item weights; dense oracles use their transition."""
         return np.asarray(weights @ self.transition().T, dtype=np.float64)
+
+    def _output_layout(self, outputs: int) -> PatternLayout:
+        """The audit model's columns: one symbol of the report's ``outputs`` values."""
+        return PatternLayout(blocks=1, coords=1, size=outputs)
 
 
 def enumerate_bit_outputs(weights: FloatArray, p_one: FloatArray) -> FloatArray:

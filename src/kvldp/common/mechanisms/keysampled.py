@@ -34,6 +34,13 @@ Everything else follows from P and one left inverse A (A P = I):
 Subclasses supply P, the literal client algorithm (so the client and P are two
 independent descriptions that the tests check against each other), and A when the
 paper's estimator is not P^-1.
+
+Instantaneous randomization (docs/mechanisms.md, *Instantaneous randomization*) acts on
+the symbol alone; the sampled key is public. KVUE, KVOH and ``kvue_multi`` stay in their
+family at eps1. For the others (:class:`TransitionComposed`: PrivKV, F2M) the composed
+channel is estimated on the composed transition M P, M the randomizer's matrix over the
+symbols, with the left inverse A M^-1: every estimator above, its standard errors and
+the audit follow from these two matrices unchanged.
 """
 
 from __future__ import annotations
@@ -49,10 +56,11 @@ from numpy.typing import NDArray
 from kvldp.common.clipped_normal import clipped_rmse
 from kvldp.common.em import EMOptions, em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
+from kvldp.common.instantaneous import InstantaneousRandomizer, max_log_ratio_of, solve_contrast
 from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray, Mechanism, UnknownEstimator
-from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
+from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout, discrete_users
 from kvldp.common.primitives import FloatArray, disc
 from kvldp.common.robust import (
     FALSE_ALARM,
@@ -173,8 +181,14 @@ class KeySampledMechanism(Mechanism):
     def fields(self) -> tuple[Field, ...]:
         return (Field("j", "uint", 0, self.d), Field(self.symbol_field, "uint", 0, self.n_symbols))
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        j = rng.integers(0, self.d, size=users.n_users, dtype=np.int64)
+    def public_fields(self) -> tuple[str, ...]:
+        """The sampled key is drawn independently of the data."""
+        return ("j",)
+
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        j = public.integers(0, self.d, size=users.n_users, dtype=np.int64)
         z = self._perturb_states(states_of(users, j, rng), rng)
         return {"j": j, self.symbol_field: z}
 
@@ -597,6 +611,7 @@ class KeySampledMechanism(Mechanism):
     def audit_model(self, exhaustive: bool) -> OutputModel:
         p = self.transition()
         n_sym = p.shape[0]
+        out = self.randomized_output()
         if exhaustive:
             users, labels = discrete_users(self.d)
             n = users.n_users
@@ -605,11 +620,62 @@ class KeySampledMechanism(Mechanism):
                 held, values = users.lookup(np.arange(n, dtype=np.int64), np.full(n, j, dtype=np.int64))
                 state = np.where(held, np.where(values > 0, POS, NEG), ABSENT)
                 probs[:, j * n_sym : (j + 1) * n_sym] = p[:, state].T / self.d
-            return DenseModel(probs, labels)
+            return DenseModel(probs, labels, PatternLayout(self.d, out.coords, out.size))
         # Pr[(j, z) | S] = P[z | state of key j in S] / d: a pair of users differs, at any
         # output, only through the states of one key, so key 0's three states suffice;
         # outputs about other keys (absent for all three) are merged into one symbol.
         probs = np.zeros((3, n_sym + 1))
         probs[:, :n_sym] = p[:, [ABSENT, POS, NEG]].T / self.d
         probs[:, n_sym] = (self.d - 1) / self.d
-        return DenseModel(probs, ("{}", "{0:+1}", "{0:-1}"))
+        return DenseModel(probs, ("{}", "{0:+1}", "{0:-1}"), PatternLayout(1, out.coords, out.size, tail=1))
+
+
+class TransitionComposed(KeySampledMechanism):
+    """A key-sampled mechanism whose composed channel leaves its family (PrivKV, F2M): it is
+    estimated on the composed transition M P and the left inverse A M^-1, M the
+    randomizer's matrix over the symbols (the module docstring). Subclasses supply the
+    client's P as :meth:`client_transition` and, where the paper's estimator is not P^-1,
+    its A as :meth:`client_inverse`."""
+
+    #: the instantaneous randomizer's matrix over the symbols (None: the client's own reports)
+    mixing: FloatArray | None = None
+
+    @abc.abstractmethod
+    def client_transition(self) -> FloatArray:
+        """The client's P[z | x]: (J outputs, 3 states); columns sum to one."""
+
+    def client_inverse(self) -> FloatArray:
+        """The client's closed-form estimator A (A P = I); P^-1 by default."""
+        return np.asarray(np.linalg.inv(self.client_transition()), dtype=np.float64)
+
+    def transition(self) -> FloatArray:
+        p = self.client_transition()
+        return p if self.mixing is None else np.asarray(self.mixing @ p, dtype=np.float64)
+
+    def linear_inverse(self) -> FloatArray:
+        a = self.client_inverse()
+        return a if self.mixing is None else np.asarray(a @ np.linalg.inv(self.mixing), dtype=np.float64)
+
+    def derandomized(self, counts: FloatArray) -> FloatArray:
+        """Counts of the client's symbols estimated without bias from counts (..., J) of the
+        reports received: M^-1 applied per key (the counts themselves without mixing)."""
+        if self.mixing is None:
+            return counts
+        return np.asarray(counts @ np.linalg.inv(self.mixing).T, dtype=np.float64)
+
+    def _composed_level(self, contrast: float) -> float:
+        """The exact level of the composed channel: two devices differ at any output only
+        through the state of its key, so it is the largest log ratio within the rows of
+        M P (docs/mechanisms.md, *Key-sampled mechanisms*, audit)."""
+        return max_log_ratio_of(self.randomized_output().matrix(contrast) @ self.client_transition())
+
+    def _per_report_level(self) -> float:
+        return self._composed_level(1.0)
+
+    def _instantaneous_contrast(self, epsilon_per_report: float) -> float:
+        return solve_contrast(self._composed_level, epsilon_per_report)
+
+    def _composed_channel(self, randomizer: InstantaneousRandomizer) -> TransitionComposed:
+        channel = type(self)(self.d, self.epsilon, **self.params)
+        channel.mixing = randomizer.matrix()
+        return channel

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvldp.common.instantaneous import BitsOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.registry import register
@@ -41,6 +42,12 @@ class KVOH(KeySampledMechanism):
 
     def transition(self) -> FloatArray:
         return self._p
+
+    def randomized_output(self) -> BitsOutput:
+        return BitsOutput(self.symbol_field, 3, packed=False)
+
+    def _contrast(self, epsilon: float) -> float:
+        return 2.0 * rr_keep(epsilon / 2.0) - 1.0
 
     def _perturb_states(self, states: IntArray, rng: np.random.Generator) -> IntArray:
         onehot = (states[:, None] == np.arange(3)[None, :]).astype(np.int64)

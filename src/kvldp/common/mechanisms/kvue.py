@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.registry import register
@@ -36,6 +37,13 @@ class KVUE(KeySampledMechanism):
 
     def transition(self) -> FloatArray:
         return self._p
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput((self.symbol_field,), 3)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = grr_probs(epsilon, 3)
+        return p - q
 
     def _perturb_states(self, states: IntArray, rng: np.random.Generator) -> IntArray:
         keep = rng.random(states.shape[0]) < self.p

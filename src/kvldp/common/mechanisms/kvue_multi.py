@@ -58,12 +58,13 @@ from typing import ClassVar
 
 import numpy as np
 
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism, states_of
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel, discrete_users
-from kvldp.common.params import InvalidParameter, Param
+from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout, SymbolLayout, discrete_users
+from kvldp.common.params import InvalidParameter, Param, ParamValue
 from kvldp.common.primitives import FloatArray, grr_probs
 from kvldp.common.schema import Field, ReportBatch
 from kvldp.common.stats import Stats
@@ -154,6 +155,21 @@ class KVUEMulti(KeySampledMechanism):
         keys = tuple(Field(name, "uint", 0, self.d) for name in self.key_fields())
         return (*keys, Field(self.symbol_field, "uint", 0, self.n_joint))
 
+    def public_fields(self) -> tuple[str, ...]:
+        """The t sampled keys are drawn independently of the data."""
+        return self.key_fields()
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput((self.symbol_field,), self.n_joint)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = joint_grr(epsilon, self.t)
+        return p - q
+
+    def _family_params(self) -> dict[str, ParamValue]:
+        """t stays this configuration's (its default follows epsilon)."""
+        return {**self.params, "t": self.t}
+
     def _validate_extra(self, batch: ReportBatch) -> list[tuple[np.ndarray, str]]:
         if self.t < 2:
             return []
@@ -161,8 +177,10 @@ class KVUEMulti(KeySampledMechanism):
         bad = np.any(np.diff(keys, axis=1) <= 0, axis=1)
         return [(bad, f"keys {', '.join(self.key_fields())} must be strictly increasing")]
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
-        keys = sample_key_sets(users.n_users, self.d, self.t, rng)
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
+        keys = sample_key_sets(users.n_users, self.d, self.t, public)
         joint = np.zeros(users.n_users, dtype=np.int64)
         for i in range(self.t):
             joint += states_of(users, keys[:, i], rng) * 3**i
@@ -232,7 +250,8 @@ class KVUEMulti(KeySampledMechanism):
                     joint += state * 3**i
                 probs[:, col, :] = self.q
                 probs[np.arange(n), col, joint] = self.p
-            return DenseModel(probs.reshape(n, -1) / len(subsets), labels)
+            layout = PatternLayout(len(subsets), 1, self.n_joint)
+            return DenseModel(probs.reshape(n, -1) / len(subsets), labels, layout)
         share = self.t / self.d  # chance that key 0 is in J
         column = np.where(np.eye(3, dtype=bool), self.p, self.q)[
             :, [ABSENT, POS, NEG]
@@ -240,4 +259,6 @@ class KVUEMulti(KeySampledMechanism):
         probs = np.zeros((3, 4))
         probs[:, :3] = share * column
         probs[:, 3] = 1.0 - probs[:, :3].sum(axis=1)
-        return DenseModel(probs, ("{}", "{0:+1}", "{0:-1}"))
+        # each distinguished column is one symbol for every subset holding key 0; the rest merges
+        weights = np.array([share, share, share, self.n_joint - 3 * share])
+        return DenseModel(probs, ("{}", "{0:+1}", "{0:-1}"), SymbolLayout(weights))

@@ -17,11 +17,12 @@ import math
 
 import numpy as np
 
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ELL, ItemOracle, bernoulli_count_variance
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel
-from kvldp.common.params import Param
+from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout
+from kvldp.common.params import Param, ParamValue
 from kvldp.common.primitives import FloatArray, grr_probs, mix64
 from kvldp.common.schema import Field, ReportBatch
 
@@ -62,9 +63,26 @@ class OLH(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("seed", "uint", 0, 2**64), Field("y", "uint", 0, self.g))
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def public_fields(self) -> tuple[str, ...]:
+        """The hash seed is drawn whatever the item."""
+        return ("seed",)
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput(("y",), self.g)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = grr_probs(epsilon, self.g)
+        return p - q
+
+    def _family_params(self) -> dict[str, ParamValue]:
+        """The hash range stays this configuration's (its default follows epsilon)."""
+        return {**self.params, "g": self.g}
+
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         n = items.shape[0]
-        seeds = np.asarray(rng.integers(0, 2**64, size=n, dtype=np.uint64), dtype=np.uint64)
+        seeds = np.asarray(public.integers(0, 2**64, size=n, dtype=np.uint64), dtype=np.uint64)
         hashed = olh_hash(seeds, items.astype(np.uint64), self.g)
         keep = rng.random(n) < self.p
         other = (hashed + rng.integers(1, self.g, size=n)) % self.g
@@ -99,4 +117,4 @@ class OLH(ItemOracle):
         sampling among several items is a mixture of these rows and cannot exceed them."""
         p, q = grr_probs(self.epsilon, self.g)
         probs = np.where(np.eye(self.g, dtype=bool), p, q)
-        return DenseModel(probs, tuple(f"H(item)={h}" for h in range(self.g)))
+        return DenseModel(probs, tuple(f"H(item)={h}" for h in range(self.g)), PatternLayout(1, 1, self.g))

@@ -31,6 +31,15 @@ estimators and their variances are shared.
 
 Privacy: Theorem 2 (UE) and Theorem 3 (GRR) give the claimed epsilon. The exact audit
 enumerates discrete users and every output.
+
+Instantaneous randomization (docs/mechanisms.md, *Instantaneous randomization*): PCKV-UE's
+coordinates by 3-ary randomized response each, PCKV-GRR's (key, sign) pair by randomized
+response over its 2d + 1 symbols. Both keep every per-key law in PCKV's family at the
+composed (a*, b*, p*) (:func:`~kvldp.common.mechanisms.pckv_budget.composed_probabilities`),
+so the estimators, their variances and the padded share carry over at those; the composed
+PCKV-UE is PCKV-UE at (a*, b*, p*) outright (its plausibility rule included), while
+PCKV-GRR's one dummy symbol stands for 2 ell symbols of the family and receives
+(2 ell - 1) q1 less, which only its exact model and level see.
 """
 
 from __future__ import annotations
@@ -43,14 +52,18 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.common.instantaneous import InstantaneousRandomizer, SymbolOutput, TernaryOutput, solve_contrast
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.padding import sample_slots, slot_weights
 from kvldp.common.mechanisms.pckv_budget import (
     allocate,
+    composed_probabilities,
+    grr_level,
     grr_probabilities,
     theorem2_epsilon,
     theorem3_epsilon,
+    ue_level,
     ue_probabilities,
     utility_gh,
 )
@@ -58,7 +71,15 @@ from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
 from kvldp.common.mechanisms.pckv_padded import PaddedShare, padded_share
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.mechanisms.unary_plausibility import PCKVAccepted, pckv_ue_rule
-from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, discrete_users
+from kvldp.common.output_model import (
+    AuditTooLarge,
+    DenseModel,
+    Layout,
+    OutputModel,
+    PatternLayout,
+    SymbolLayout,
+    discrete_users,
+)
 from kvldp.common.params import InvalidParameter, Param
 from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip, pack_bits
@@ -147,6 +168,9 @@ class PCKV(PCKVEstimation):
     params_spec: ClassVar[tuple[Param, ...]] = (ELL, ALLOCATION, COUNT_FLOOR)
     #: whether a report carries d independent coordinates (PCKV-UE) or one key (PCKV-GRR)
     unary: ClassVar[bool]
+    #: how much less than a + (ell - 1) b and ell b the dummy output of PCKV-GRR receives
+    #: (after an instantaneous randomization; 0 for the client's own reports)
+    dummy_deficit: float = 0.0
 
     def _setup(self) -> None:
         self.ell = int(self.params["ell"])
@@ -160,6 +184,9 @@ class PCKV(PCKVEstimation):
                 f"{self.name}: epsilon={self.epsilon} gives degenerate probabilities in floating point "
                 f"a={self.client_a}, b={self.client_b}, p={self.p} (need 0 < b < a < 1 and 1/2 < p < 1)"
             )
+        self._accept()
+
+    def _accept(self) -> None:
         self.accepted = self._accepted()
         # the estimators' (a, b): the client's, conditioned on the report being accepted
         self.a, self.b = self.accepted.a, self.accepted.b
@@ -176,6 +203,36 @@ class PCKV(PCKVEstimation):
     def utility(self) -> tuple[float, float]:
         """(g, h) of Gu et al. 2020, Eq. 16, for this configuration (any allocation)."""
         return utility_gh(self.client_a, self.client_b, self.p)
+
+    # --------------------------------------------------------------- instantaneous randomization
+    @abc.abstractmethod
+    def _level(self, a: float, b: float, p: float, deficit: float) -> float:
+        """The exact privacy level at probabilities (a, b, p) (and PCKV-GRR's dummy deficit)."""
+
+    def _composed(self, contrast: float) -> tuple[float, float, float]:
+        """(a*, b*, p*) after the randomizer of this contrast."""
+        size = self.randomized_output().size
+        return composed_probabilities(self.client_a, self.client_b, self.p, size, contrast)
+
+    def _dummy_deficit(self, contrast: float) -> float:
+        """How much less than the family's the dummy output receives (PCKV-GRR only)."""
+        return 0.0
+
+    def _composed_level(self, contrast: float) -> float:
+        return self._level(*self._composed(contrast), self._dummy_deficit(contrast))
+
+    def _per_report_level(self) -> float:
+        return self._level(self.client_a, self.client_b, self.p, 0.0)
+
+    def _instantaneous_contrast(self, epsilon_per_report: float) -> float:
+        return solve_contrast(self._composed_level, epsilon_per_report)
+
+    def _composed_channel(self, randomizer: InstantaneousRandomizer) -> PCKV:
+        channel = type(self)(self.d, self.epsilon, **self.params)
+        channel.client_a, channel.client_b, channel.p = self._composed(randomizer.contrast)
+        channel.dummy_deficit = self._dummy_deficit(randomizer.contrast)
+        channel._accept()
+        return channel
 
     # --------------------------------------------------------------- statistics
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -260,7 +317,12 @@ class PCKV(PCKVEstimation):
         weights = np.zeros((users.n_users, 2 * m + 1))
         weights[rows, 2 * users.keys + (users.values < 0)] = w_pair
         weights[:, 2 * m] = w_dummy
-        return DenseModel(np.asarray(weights @ self._audit_outputs(m).T, dtype=np.float64), labels)
+        probs = np.asarray(weights @ self._audit_outputs(m).T, dtype=np.float64)
+        return DenseModel(probs, labels, self._audit_layout(m))
+
+    @abc.abstractmethod
+    def _audit_layout(self, m: int) -> Layout:
+        """How the outputs of :meth:`_audit_outputs` relate to the randomized output."""
 
 
 @register
@@ -274,8 +336,14 @@ class PCKVUE(PCKV):
     def _probabilities(self) -> tuple[float, float, float]:
         return ue_probabilities(self.eps1, self.eps2)
 
-    def claimed_epsilon(self) -> float:
+    def _analysed_epsilon(self) -> float:
         return theorem2_epsilon(self.eps1, self.eps2)
+
+    def randomized_output(self) -> TernaryOutput:
+        return TernaryOutput("pos", "neg", self.d)
+
+    def _level(self, a: float, b: float, p: float, deficit: float) -> float:
+        return ue_level(a, b, p, self.ell, self.d)
 
     # --------------------------------------------------------------- client
     def fields(self) -> tuple[Field, ...]:
@@ -315,7 +383,9 @@ class PCKVUE(PCKV):
         """The number of non-zero keys, set bits of ``pos`` plus ``neg`` (at most d)."""
         return np.asarray(np.minimum(set_bits(batch["pos"]) + set_bits(batch["neg"]), self.d), dtype=np.int64)
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         """Algorithm 2 on the real coordinates. The sampled coordinate is v* w.p. a p, -v*
         w.p. a(1-p), else 0; every other coordinate independently +-1 w.p. b/2 each, drawn
         sparsely (Bernoulli(b) positions, fair signs) in blocks of users."""
@@ -353,6 +423,9 @@ class PCKVUE(PCKV):
     def _n_audit_outputs(self, m: int) -> int:
         return int(3**m)
 
+    def _audit_layout(self, m: int) -> Layout:
+        return PatternLayout(blocks=1, coords=m, size=3)
+
     def _audit_outputs(self, m: int) -> FloatArray:
         """Every ternary pattern of the m coordinates: a product over coordinates of
         b/2 (+-1) or 1-b (0), with the sampled coordinate's factor replaced."""
@@ -380,8 +453,28 @@ class PCKVGRR(PCKV):
     def _probabilities(self) -> tuple[float, float, float]:
         return grr_probabilities(self.eps1, self.eps2, self.d_prime)
 
-    def claimed_epsilon(self) -> float:
+    def _analysed_epsilon(self) -> float:
         return theorem3_epsilon(self.eps1, self.eps2, self.ell)
+
+    def randomized_output(self) -> SymbolOutput:
+        """The pair (k, v) as one of 2d + 1 symbols: 2k for (k, +1), 2k + 1 for (k, -1), 2d for
+        the dummy (d, 0)."""
+        return SymbolOutput(("k", "v"), 2 * self.d + 1, self._pair_symbols, self._pair_fields)
+
+    def _pair_symbols(self, batch: ReportBatch) -> IntArray:
+        return np.asarray(2 * batch["k"].astype(np.int64) + (batch["v"] < 0), dtype=np.int64)
+
+    def _pair_fields(self, symbols: IntArray) -> ReportBatch:
+        k, negative = np.divmod(symbols, 2)
+        return {"k": k, "v": np.where(k == self.d, 0, 1 - 2 * negative).astype(np.int64)}
+
+    def _level(self, a: float, b: float, p: float, deficit: float) -> float:
+        return grr_level(a, b, p, self.ell, self.d, deficit)
+
+    def _dummy_deficit(self, contrast: float) -> float:
+        """The dummy symbol stands for the 2 ell (dummy key, sign) symbols of the family but
+        receives q1 once: (2 ell - 1) q1 less."""
+        return (2 * self.ell - 1) * (1.0 - contrast) / self.randomized_output().size
 
     # --------------------------------------------------------------- client
     def fields(self) -> tuple[Field, ...]:
@@ -396,7 +489,9 @@ class PCKVGRR(PCKV):
             (~dummy & zero, "v = 0 is reserved for the dummy key"),
         ]
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         """Algorithm 3: w.p. a the sampled key with v* kept w.p. p; otherwise another key,
         t uniform in [0, d'-1) shifted past the sampled one, with a fair sign. Dummy
         outputs become (d, 0)."""
@@ -427,12 +522,17 @@ class PCKVGRR(PCKV):
     def _audit_outputs(self, m: int) -> FloatArray:
         """Outputs (k, +1), (k, -1) for k < m, "a real key outside the sub-domain" (when d > m,
         probability (d - m) b for every item) and "a dummy" (a + (ell-1) b after sampling a
-        dummy, ell b otherwise)."""
+        dummy, ell b otherwise, both less the dummy deficit)."""
         a, b, p, ell = self.client_a, self.client_b, self.p, self.ell
         comp = np.full((2 * m, 2 * m + 1), b / 2)
         idx = np.arange(2 * m)
         comp[idx, idx] = a * p
         comp[idx, idx ^ 1] = a * (1 - p)
         extra = [np.append(np.full(2 * m, (self.d - m) * b), (self.d - m) * b)] if self.d > m else []
-        dummy = np.append(np.full(2 * m, ell * b), a + (ell - 1) * b)
+        dummy = np.append(np.full(2 * m, ell * b), a + (ell - 1) * b) - self.dummy_deficit
         return np.vstack([comp, *extra, dummy])
+
+    def _audit_layout(self, m: int) -> Layout:
+        """Each (k, sign) output is one symbol, the outside keys' 2(d - m), the dummy one."""
+        outside = [2.0 * (self.d - m)] if self.d > m else []
+        return SymbolLayout(np.array([1.0] * (2 * m) + outside + [1.0]))

@@ -8,12 +8,16 @@ reaches, and the utility constants (g, h) the allocations optimise (docs/mechani
 
 Privacy: Theorem 2 (UE) max{eps2, eps1 + ln[2/(1+e^-eps2)]}; Theorem 3 (GRR)
 ln[(e^(eps1+eps2) + lambda)/(min{e^eps1, (e^eps2+1)/2} + lambda)], lambda =
-(ell-1)(e^eps2+1)/2.
+(ell-1)(e^eps2+1)/2. The exact level for any probabilities (a, b, p), which an
+instantaneous randomization moves (:func:`composed_probabilities`), is :func:`ue_level`
+and :func:`grr_level` (docs/mechanisms.md, *Instantaneous randomization*).
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import rr_keep
@@ -69,6 +73,62 @@ def theorem3_epsilon(eps1: float, eps2: float, ell: int) -> float:
     half = (_exp(eps2) + 1.0) / 2.0
     lam = (ell - 1) * half
     return math.log((_exp(eps1 + eps2) + lam) / (min(_exp(eps1), half) + lam))
+
+
+def composed_probabilities(
+    a: float, b: float, p: float, size: int, contrast: float
+) -> tuple[float, float, float]:
+    """(a*, b*, p*) after a randomizer that keeps each value of a coordinate with contrast
+    lambda over ``size`` values (PCKV-UE: a key's +1, -1 or 0, size 3; PCKV-GRR: a (key,
+    sign) symbol, size 2d + 1): every probability P of a value becomes q1 + lambda P,
+    q1 = (1 - lambda)/size, so a* = 2 q1 + lambda a, b* = 2 q1 + lambda b and
+    a* p* = q1 + lambda a p."""
+    other = (1.0 - contrast) / size
+    a_star = 2.0 * other + contrast * a
+    return a_star, 2.0 * other + contrast * b, (other + contrast * a * p) / a_star
+
+
+def ue_level(a: float, b: float, p: float, ell: int, d: int) -> float:
+    """The exact privacy level of PCKV-UE with probabilities (a, b, p) over d keys.
+
+    A device holding S (at most ell pairs; larger sets average their keys) emits y with
+    probability Q(y) (1 + sum_{k in S} g_k(y) / ell), Q the law of a device that sampled a
+    dummy and g_k the relative gain of sampling k at its coordinate: G+ = 2ap/b - 1 where
+    y_k is S's sign, G- = 2a(1-p)/b - 1 where it is the other sign, G0 = (1-a)/(1-b) - 1
+    where y_k = 0. For an output with r non-zero coordinates the likeliest device takes G+
+    on min(r, ell) of them, the least likely the ell most negative of G- (r of them) and
+    G0 (d - r); the level is the largest log ratio over r. With a = 1/2 and d >= 2 ell it
+    is Theorem 2."""
+    up = 2 * a * p / b - 1
+    down = 2 * a * (1 - p) / b - 1
+    zero = (1 - a) / (1 - b) - 1
+    r = np.arange(d + 1)
+    numerator = 1 + np.minimum(r, ell) * up / ell
+    if down < zero:
+        low_n = np.minimum(r, ell)
+        zero_n = np.minimum(d - r, ell - low_n)
+    else:
+        zero_n = np.minimum(d - r, ell)
+        low_n = np.where(down < 0, np.minimum(r, ell - zero_n), 0)
+    denominator = 1 + (low_n * min(down, 0.0) + zero_n * zero) / ell
+    return float(np.max(np.log(numerator / denominator)))
+
+
+def grr_level(a: float, b: float, p: float, ell: int, d: int, deficit: float = 0.0) -> float:
+    """The exact privacy level of PCKV-GRR with probabilities (a, b, p) over d keys, its
+    dummy output ``deficit`` below ell b (after a real sample) and a + (ell - 1) b (after a
+    dummy one).
+
+    A device holding S (at most ell pairs) emits (k, s) with probability
+    b/2 + [k in S](a p or a (1 - p) - b/2)/ell, so a real output's largest ratio is
+    (ell b/2 + a p - b/2)/(ell b/2 + min(0, a (1 - p) - b/2)) (Theorem 3); the dummy output
+    has probability D_d = a + (ell - 1) b - deficit for the empty set and
+    D_r m/ell + D_d (1 - m/ell) for a set of m = min(d, ell) keys, D_r = ell b - deficit."""
+    real = (ell * b / 2 + a * p - b / 2) / (ell * b / 2 + min(0.0, a * (1 - p) - b / 2))
+    held = min(d, ell) / ell
+    after_dummy, after_real = a + (ell - 1) * b - deficit, ell * b - deficit
+    dummy = after_dummy / (after_real * held + after_dummy * (1 - held))
+    return math.log(max(real, dummy))
 
 
 def utility_gh(a: float, b: float, p: float) -> tuple[float, float]:

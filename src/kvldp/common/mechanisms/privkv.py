@@ -22,6 +22,11 @@ Estimators:
 
 Privacy: (eps1 + eps2)-LDP by composition; the exact level is
 max{eps2, eps1 + ln(2 / (1 + e^-eps2))}, which the audit reproduces.
+
+Instantaneous randomization: 3-ary randomized response of the reported state leaves the
+LPP's family (the key bit's randomized response is no longer symmetric), so the composed
+channel is estimated on the composed transition (:class:`~kvldp.common.mechanisms.keysampled.TransitionComposed`);
+``paper`` calibrates the de-randomized counts and ``em4`` fits the composed four-state model.
 """
 
 from __future__ import annotations
@@ -34,8 +39,9 @@ import numpy as np
 
 from kvldp.common.em import em_counts, parse_em_options
 from kvldp.common.estimate import Estimate
+from kvldp.common.instantaneous import SymbolOutput
 from kvldp.common.mechanisms.base import IntArray
-from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
+from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, TransitionComposed
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray, disc, flip, rr_keep
@@ -101,7 +107,7 @@ def em4_transition(p1: float, p2: float) -> FloatArray:
 
 
 @register
-class PrivKV(KeySampledMechanism):
+class PrivKV(TransitionComposed):
     """PrivKV's local perturbation protocol: the sampled key's bit by RR at eps1, its value by VPP at eps2."""
 
     name = "privkv"
@@ -118,13 +124,16 @@ class PrivKV(KeySampledMechanism):
         self.p2 = rr_keep(self.eps2)
         self._p = lpp_transition(self.p1, self.p2)
 
-    def transition(self) -> FloatArray:
+    def client_transition(self) -> FloatArray:
         return self._p
+
+    def randomized_output(self) -> SymbolOutput:
+        return SymbolOutput((self.symbol_field,), 3)
 
     def _perturb_states(self, states: IntArray, rng: np.random.Generator) -> IntArray:
         return lpp_perturb(states, self.p1, self.p2, rng)
 
-    def claimed_epsilon(self) -> float:
+    def _analysed_epsilon(self) -> float:
         return max(self.eps2, self.eps1 + math.log(2.0 / (1.0 + math.exp(-self.eps2))))
 
     def _estimate(self, stats: Stats, estimator: str, options: dict[str, Any]) -> Estimate:
@@ -139,8 +148,10 @@ class PrivKV(KeySampledMechanism):
     def _paper(
         self, stats: Stats, counts: FloatArray, theta_hat: FloatArray, projected: FloatArray
     ) -> Estimate:
-        """Sun et al. 2019, Alg. 2: n1*, n2* calibrated among the key-bit-1 reports, clipped into [0, N]."""
-        m1, m_1 = counts[:, POS], counts[:, NEG]
+        """Sun et al. 2019, Alg. 2: n1*, n2* calibrated among the key-bit-1 reports, clipped into [0, N]
+        (the composed channel's counts de-randomized first)."""
+        client = self.derandomized(counts)
+        m1, m_1 = client[:, POS], client[:, NEG]
         big_n = m1 + m_1
         p2 = self.p2
         n1 = np.clip(((p2 - 1) * big_n + m1) / (2 * p2 - 1), 0, big_n)
@@ -167,7 +178,10 @@ class PrivKV(KeySampledMechanism):
                 "(docs/mechanisms.md, *PrivKV EM3 and EM4*)"
             )
         opts = parse_em_options(options, (self.d, 4))
-        res = em_counts(em4_transition(self.p1, self.p2), counts, tol=opts.tol, max_iter=opts.max_iter)
+        model = em4_transition(self.p1, self.p2)
+        if self.mixing is not None:
+            model = self.mixing @ model
+        res = em_counts(model, counts, tol=opts.tol, max_iter=opts.max_iter)
         theta4 = np.where(res.empty[:, None], np.nan, res.theta)
         # map <1,+1>, <1,-1>, <0,*> onto the state-code layout for f and m
         states = np.stack([theta4[:, 1], theta4[:, 2] + theta4[:, 3], theta4[:, 0]], axis=1)

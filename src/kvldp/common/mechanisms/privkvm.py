@@ -175,7 +175,9 @@ class PrivKVM(PrivKVMEstimators):
         batch = self.perturb_round(KVData.from_pairs(self.d, [pairs]), rng, round_index, pub)
         return row(batch, self.fields(), 0)
 
-    def _perturb_many(self, users: KVData, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_many(
+        self, users: KVData, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         stats = self.new_stats()
         batches = []
         for r in range(self.rounds):
@@ -227,7 +229,7 @@ class PrivKVM(PrivKVMEstimators):
         return Stats.expected(self, {"counts": counts, "n": np.array([float(counts.sum())])})
 
     # --------------------------------------------------------------- privacy
-    def claimed_epsilon(self) -> float:
+    def _analysed_epsilon(self) -> float:
         """Round 1 is the LPP at (eps_key[0], eps/(2c)) with a fair fake coin; every later
         round, against the worst published mean, adds eps_key[r] + eps/(2c) at most and
         exactly that for the holder-versus-non-holder pair that is worst in round 1."""

@@ -23,10 +23,12 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.common.instantaneous import BitsOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance, enumerate_bit_outputs
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_rule
+from kvldp.common.output_model import PatternLayout
 from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, one_hot_bits
 from kvldp.common.schema import Field, ReportBatch
@@ -38,16 +40,25 @@ class UnaryEncoding(ItemOracle):
     symmetric: ClassVar[bool]
 
     def _setup_oracle(self) -> None:
-        if self.symmetric:
-            self.p = 1.0 / (1.0 + math.exp(-self.epsilon / 2.0))
-            self.q = 1.0 - self.p
-        else:
-            self.p = 0.5
-            self.q = 1.0 / (math.exp(self.epsilon) + 1.0)
+        self.p, self.q = self._probabilities(self.epsilon)
         rule, accepted = self._plausibility()
         # the estimators' (p, q): the client's, conditioned on the report being accepted
         self.accepted = accepted if rule.active else OneHotAccepted(1.0, self.p, self.q, 1.0)
         self.est_p, self.est_q = self.accepted.p, self.accepted.q
+
+    def _probabilities(self, epsilon: float) -> tuple[float, float]:
+        """(p, q) at ``epsilon``: SUE's randomized response at epsilon/2 per bit, or OUE's."""
+        if self.symmetric:
+            p = 1.0 / (1.0 + math.exp(-epsilon / 2.0))
+            return p, 1.0 - p
+        return 0.5, 1.0 / (math.exp(epsilon) + 1.0)
+
+    def _contrast(self, epsilon: float) -> float:
+        p, q = self._probabilities(epsilon)
+        return p - q
+
+    def randomized_output(self) -> BitsOutput:
+        return BitsOutput("bits", self.domain, packed=True)
 
     def _plausibility(self) -> tuple[RefusalRule, OneHotAccepted]:
         return one_hot_rule(self.d, self.p, self.q, self.ell, type(self).false_refusal_bound)
@@ -71,7 +82,9 @@ class UnaryEncoding(ItemOracle):
     def fields(self) -> tuple[Field, ...]:
         return (Field("bits", "bits", 0, self.domain),)
 
-    def _perturb_items(self, items: IntArray, rng: np.random.Generator) -> ReportBatch:
+    def _perturb_items(
+        self, items: IntArray, rng: np.random.Generator, public: np.random.Generator
+    ) -> ReportBatch:
         return {"bits": one_hot_bits(items, self.domain, self.p, self.q, rng)}
 
     def stats_shapes(self) -> dict[str, tuple[int, ...]]:
@@ -95,6 +108,10 @@ class UnaryEncoding(ItemOracle):
         used = np.flatnonzero(weights.sum(axis=0) > 0)
         p_one = np.where(np.eye(self.domain, dtype=bool), self.p, self.q)[np.ix_(used, used)]
         return enumerate_bit_outputs(weights[:, used], p_one)
+
+    def _output_layout(self, outputs: int) -> PatternLayout:
+        """Every pattern of the bits some input can sample, one axis per bit."""
+        return PatternLayout(blocks=1, coords=outputs.bit_length() - 1, size=2)
 
 
 @register

@@ -15,7 +15,7 @@ from kvldp.reliability.scenarios.outcome import Outcome
 
 
 def fold_parts(collection: Collection, parts: list[ReportBatch]) -> Stats:
-    stats = collection.mechanism.new_stats()
+    stats = collection.estimation_mechanism.new_stats()
     for part in parts:
         stats.fold(part)
     return stats
