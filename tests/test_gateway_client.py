@@ -45,6 +45,7 @@ from kvldp.producer.retry_policy import parse_retry_after
 from support import run_kvldp
 from support.gateway_double import Answer, GatewayDouble
 from support.pipeline import wait_for
+from support.producer import phones
 from support.tls import TlsFiles
 
 TOKEN = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJwaG9uZS0xIn0.c2lnbmF0dXJl"
@@ -52,17 +53,7 @@ TOKEN = "eyJhbGciOiJFZERTQSJ9.eyJzdWIiOiJwaG9uZS0xIn0.c2lnbmF0dXJl"
 FAST = RetryPolicy(initial_backoff=0.01, max_backoff=0.05, deadline=10.0)
 
 
-def collection(privacy: dict[str, Any] | None = None, name: str = "phones") -> Collection:
-    table: dict[str, Any] = {
-        "name": name,
-        "mechanism": "pckv_grr",
-        "epsilon": 1.5,
-        "keys": ["a", "b", "c", "d"],
-        "value_range": [0.0, 10.0],
-    }
-    if privacy is not None:
-        table["privacy"] = privacy
-    return parse_collection(table)
+collection = phones
 
 
 def sdk(c: Collection, url: str, token: Any = TOKEN, **options: Any) -> Collector:

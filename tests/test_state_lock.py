@@ -29,7 +29,7 @@ from kvldp.common.errors import KvldpError
 from kvldp.producer import Collector, LockTimeout, PrivacyBudgetExhausted, ReportStatus, file_lock
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState
 
-from support.producer import FakeProducer
+from support.producer import FakeProducer, phones
 
 NOW = 1_800_000_000.0  # a period boundary of "1h"
 #: the lock wait under test, and what a loaded machine (two test processes on two cores)
@@ -39,16 +39,7 @@ LOADED_MARGIN_S = 2.0
 
 
 def collection(privacy: dict[str, Any] | None) -> Collection:
-    table: dict[str, Any] = {
-        "name": "shared",
-        "mechanism": "pckv_grr",
-        "epsilon": 1.5,
-        "keys": ["a", "b", "c", "d"],
-        "value_range": [0.0, 10.0],
-    }
-    if privacy is not None:
-        table["privacy"] = privacy
-    return parse_collection(table)
+    return phones(privacy, "shared")
 
 
 def sdk(c: Collection, path: Path, **options: Any) -> tuple[Collector, FakeProducer]:

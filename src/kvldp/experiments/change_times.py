@@ -35,7 +35,7 @@ from kvldp.evaluation.change_detection import (
     streams,
 )
 from kvldp.experiments.model import Row
-from kvldp.experiments.study import NO_PLOTS, Study, pyplot
+from kvldp.experiments.study import NO_PLOTS, Study, pyplot, saved_plot
 from kvldp.progress import Progress
 from kvldp.sim import datasets
 
@@ -218,11 +218,7 @@ def body(rows: list[Row], out: Path) -> tuple[list[str], list[Path]]:
         axes[0][col].set_ylabel("detection at 5% FPR" if col == 0 else "")
         axes[1][col].set_ylabel("located within 1 send" if col == 0 else "")
     axes[0][0].legend(fontsize=5)
-    fig.tight_layout()
-    path = out / "change.png"
-    fig.savefig(path, dpi=72)
-    plt.close(fig)
-    return [*lines, "", "## Plot", "", f"![{path.name}]({path.name})"], [path]
+    return saved_plot(plt, fig, out / "change.png", lines)
 
 
 STUDY = Study(

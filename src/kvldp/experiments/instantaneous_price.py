@@ -23,7 +23,7 @@ from kvldp.evaluation.calibration import reference_population
 from kvldp.evaluation.prediction import predict
 from kvldp.evaluation.scoring import evaluate
 from kvldp.experiments.model import Row
-from kvldp.experiments.study import NO_PLOTS, Study, pyplot
+from kvldp.experiments.study import NO_PLOTS, Study, pyplot, saved_plot
 from kvldp.progress import Progress
 from kvldp.sim import datasets
 
@@ -161,11 +161,7 @@ def body(rows: list[Row], out: Path) -> tuple[list[str], list[Path]]:
         ax.set_title(f"price on {label} (line: predicted, x: simulated)", fontsize=9)
         ax.grid(True, which="both", alpha=0.25)
     axes[0][0].legend(fontsize=6)
-    fig.tight_layout()
-    path = out / "price.png"
-    fig.savefig(path, dpi=72)
-    plt.close(fig)
-    return [*lines, "", "## Plot", "", f"![{path.name}]({path.name})"], [path]
+    return saved_plot(plt, fig, out / "price.png", lines)
 
 
 STUDY = Study(

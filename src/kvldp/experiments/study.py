@@ -69,6 +69,15 @@ def pyplot() -> Any:
     return plt
 
 
+def saved_plot(plt: Any, fig: Any, path: Path, lines: list[str]) -> tuple[list[str], list[Path]]:
+    """Save ``fig`` (laid out) to ``path`` and close it: the report's ``lines`` followed by
+    the plot's section, and the plot's path (a study body's result)."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=72)
+    plt.close(fig)
+    return [*lines, "", "## Plot", "", f"![{path.name}]({path.name})"], [path]
+
+
 #: the line a report carries when matplotlib is missing
 NO_PLOTS = (
     "Plots: not drawn — matplotlib is missing (install the `plots` extra: `pip install 'kvldp[plots]'`)."
