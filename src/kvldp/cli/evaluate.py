@@ -150,22 +150,8 @@ def cmd_experiment(args: argparse.Namespace) -> int:
         rows = run(experiment, args.quick, args.seed, not args.json, override)
     except ValueError as exc:
         raise KvldpError(str(exc)) from None
-    command = " ".join(
-        [
-            "kvldp evaluate",
-            f"--experiment {experiment.name}",
-            *(["--quick"] if args.quick else []),
-            *([f"--dataset {override}"] if override else []),
-            *([f"--seed {args.seed}"] if args.seed else []),
-        ]
-    )
-    paths = write(experiment, rows, out, command)
-    emit(
-        {"experiment": experiment.name, "cells": len(rows), "files": [str(p) for p in paths]},
-        args.json,
-        "\n".join(f"wrote {p}" for p in paths),
-    )
-    return 0
+    paths = write(experiment, rows, out, _command(experiment.name, args, override))
+    return _wrote(experiment.name, "cells", len(rows), paths, args.json)
 
 
 def cmd_study(args: argparse.Namespace) -> int:
@@ -178,18 +164,28 @@ def cmd_study(args: argparse.Namespace) -> int:
         raise KvldpError(f"{study.name} draws its own populations; drop --dataset")
     out = Path(args.out) if args.out else writable_directory(Path("results") / study.name, "--out (default)")
     rows = study.run(args.quick, args.seed, not args.json)
-    command = " ".join(
+    paths = write(study, rows, out, _command(study.name, args))
+    return _wrote(study.name, "rows", len(rows), paths, args.json)
+
+
+def _command(name: str, args: argparse.Namespace, dataset: str | None = None) -> str:
+    """The command that remakes an experiment's results, as its report states it."""
+    return " ".join(
         [
             "kvldp evaluate",
-            f"--experiment {study.name}",
+            f"--experiment {name}",
             *(["--quick"] if args.quick else []),
+            *([f"--dataset {dataset}"] if dataset else []),
             *([f"--seed {args.seed}"] if args.seed else []),
         ]
     )
-    paths = write(study, rows, out, command)
+
+
+def _wrote(name: str, unit: str, count: int, paths: list[Path], as_json: bool) -> int:
+    """Say which files an experiment wrote (JSON with ``--json``): the command's result."""
     emit(
-        {"experiment": study.name, "rows": len(rows), "files": [str(p) for p in paths]},
-        args.json,
+        {"experiment": name, unit: count, "files": [str(p) for p in paths]},
+        as_json,
         "\n".join(f"wrote {p}" for p in paths),
     )
     return 0
