@@ -208,12 +208,13 @@ AGGREGATE = (
         "dedup_max_ids",
         "integer",
         "2000000",
-        "0 to 100000000 (never below `dedup_horizon`)",
+        "0 to 3000000 (never below `dedup_horizon`)",
         False,
-        "the most report ids a partition remembers (about 100 bytes each); past it the oldest are "
+        "the most report ids a partition remembers (80-100 bytes each in memory, 16 in a checkpoint "
+        "or a worker's snapshot, which the state topic takes up to 64 MiB); past it the oldest are "
         "forgotten first, so `dedup_window` holds up to this many tagged reports per window",
         0,
-        100_000_000,
+        3_000_000,
     ),
     FieldSpec(
         "max_reports_per_device",
