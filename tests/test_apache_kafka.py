@@ -246,3 +246,13 @@ async def test_three_nodes_form_one_cluster_that_survives_losing_one() -> None:
         assert gone(list(pids.values()))
     finally:
         command.close()
+
+
+def test_a_cluster_id_never_starts_with_a_dash(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An id starting with ``-`` would be read by the storage tool as an option: such a
+    draw (first byte 0xf8, 1 in 64) is drawn again, as Kafka's ``Uuid.randomUuid`` does."""
+    import uuid
+
+    draws = iter([uuid.UUID(bytes=b"\xf8" + bytes(15)), uuid.UUID(bytes=b"\x01" + bytes(15))])
+    monkeypatch.setattr(apache_kafka_module.uuid, "uuid4", lambda: next(draws))
+    assert apache_kafka_module.kafka_uuid() == "AQAAAAAAAAAAAAAAAAAAAA"

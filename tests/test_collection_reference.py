@@ -51,6 +51,8 @@ OTHER: dict[str, dict[str, Any]] = {
         "max_report_age_s": 60.0,
         "max_clock_skew_s": 10.0,
         "dedup_horizon": 0,
+        "dedup_window": "10m",
+        "dedup_max_ids": 5,
         "max_reports_per_device": 3,
         "budget_window": "1h",
         "max_record_lead": "10m",

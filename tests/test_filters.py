@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hmac
 import itertools
-from collections import Counter, deque
+from collections import Counter
 
 import msgpack
 import numpy as np
@@ -41,34 +41,60 @@ def collection(**aggregate: object) -> Collection:
 
 
 # ---------------------------------------------------------------------- de-duplication
-def reference_dedup(rids: list[int], horizon: int) -> tuple[list[bool], list[int]]:
-    """One report at a time: drop an id seen among the last ``horizon`` tagged reports."""
-    ring: deque[int] = deque(maxlen=horizon)
+def reference_dedup(
+    rids: list[int], horizon: int, times: list[int] | None = None, window: int = 0, cap: int = 0
+) -> tuple[list[bool], list[int]]:
+    """One report at a time: drop an id seen at an earlier tagged report j that is among the
+    last ``horizon`` or, with a ``window``, whose partition time is within ``window`` of
+    this one's, and in both cases among the last ``max(cap, horizon)``."""
+    cap = max(cap, horizon)
+    at = times or [0] * len(rids)
+    history: list[tuple[int, int]] = []  # (id, partition time) of every tagged report
+    clock = -(2**62)
+
+    def remembered(j: int, i: int, now: int) -> bool:
+        near = i - j <= horizon or (window > 0 and history[j][1] >= now - window)
+        return near and i - j <= cap
+
     keep = []
-    for rid in rids:
-        keep.append(rid == 0 or rid not in ring)
-        if rid != 0:
-            ring.append(rid)
-    return keep, list(ring)
+    for rid, t in zip(rids, at, strict=True):
+        if rid == 0:
+            keep.append(True)
+            continue
+        clock = max(clock, t)
+        i = len(history)
+        keep.append(not any(h == rid and remembered(j, i, clock) for j, (h, _) in enumerate(history)))
+        history.append((rid, clock))
+    held = [h for j, (h, _) in enumerate(history) if remembered(j, len(history), clock)]
+    return keep, held
 
 
-def fold_ids(rids: list[int], horizon: int, cuts: list[int], restart: bool) -> tuple[list[bool], list[int]]:
+def fold_ids(
+    rids: list[int],
+    horizon: int,
+    cuts: list[int],
+    restart: bool,
+    times: list[int] | None = None,
+    window: int = 0,
+    cap: int = 0,
+) -> tuple[list[bool], list[int]]:
     """Run ``rids`` through :class:`RecentIds` in pieces (optionally restarting from the
-    checkpointed ring after each piece), inserting every other piece with the probe of
-    its duplicate check; returns the keep flags and the final ring."""
-    recent = RecentIds(horizon)
+    checkpointed ids and times after each piece), inserting every other piece with the
+    probe of its duplicate check; returns the keep flags and the final remembered ids."""
+    recent = RecentIds(horizon, window_ms=window, cap=cap)
+    at_all = np.asarray(times or [0] * len(rids), dtype=np.int64)
     keep: list[bool] = []
     bounds = [0, *sorted({c for c in cuts if c < len(rids)}), len(rids)]
     for i, (lo, hi) in enumerate(itertools.pairwise(bounds)):
         piece = np.asarray(rids[lo:hi], dtype=np.uint64)
         flags = np.ones(piece.shape[0], dtype=bool)
-        tagged = piece[piece != 0]
-        probe = recent.duplicates(tagged)
+        tagged, at = piece[piece != 0], at_all[lo:hi][piece != 0]
+        probe = recent.duplicates(tagged, at)
         flags[piece != 0] = ~probe.duplicates
-        recent.insert(tagged, probe if i % 2 else None)  # with and without the probe's help
+        recent.insert(tagged, at, probe if i % 2 else None)  # with and without the probe's help
         keep += flags.tolist()
         if restart:
-            recent = RecentIds(horizon, recent.ordered())
+            recent = RecentIds(horizon, recent.ordered(), recent.ordered_times(), window_ms=window, cap=cap)
     return keep, recent.ordered().tolist()
 
 
@@ -87,6 +113,26 @@ def test_dedup_matches_the_sequential_rule_however_the_stream_is_cut(
     assert fold_ids(rids, horizon, cuts, restart) == (expected_keep, expected_ring)
 
 
+@given(
+    st.lists(st.tuples(st.integers(0, 12), st.integers(-3, 10)), max_size=60),
+    st.integers(1, 8),
+    st.integers(1, 20),
+    st.integers(0, 30),
+    st.lists(st.integers(1, 59), max_size=4),
+    st.booleans(),
+)
+@settings(max_examples=300, deadline=None)
+def test_dedup_by_time_matches_the_sequential_rule_however_the_stream_is_cut(
+    steps: list[tuple[int, int]], horizon: int, window: int, cap: int, cuts: list[int], restart: bool
+) -> None:
+    """Record times that wander back and forth (as producers with their own clocks stamp
+    them), a window, a count and a cap: every cut and restart gives the reference's answer."""
+    rids = [r for r, _ in steps]
+    times = list(itertools.accumulate(d for _, d in steps))
+    expected = reference_dedup(rids, horizon, times, window, cap)
+    assert fold_ids(rids, horizon, cuts, restart, times, window, cap) == expected
+
+
 def test_dedup_over_long_streams_with_probing_and_rebuilds() -> None:
     """Thousands of ids through a small table (many collisions, many rebuilds)."""
     rng = np.random.default_rng(7)
@@ -102,20 +148,23 @@ def test_a_stale_probe_is_not_trusted() -> None:
     """A probe made before another insert must not place ids where that insert put its own."""
     rng = np.random.default_rng(11)
     first, second = (rng.integers(1, 2**64, size=500, dtype=np.uint64) for _ in range(2))
+    at = np.zeros(500, dtype=np.int64)
     recent = RecentIds(4096)  # no rebuild in between: the stale probe reaches the placement
-    recent.insert(rng.integers(1, 2**64, size=900, dtype=np.uint64))  # a table worth colliding with
-    stale = recent.duplicates(first)
-    recent.insert(second)
-    recent.insert(first, stale)
-    assert recent.duplicates(np.concatenate([first, second])).duplicates.all()
+    recent.insert(rng.integers(1, 2**64, size=900, dtype=np.uint64), np.zeros(900, dtype=np.int64))
+    stale = recent.duplicates(first, at)
+    recent.insert(second, at)
+    recent.insert(first, at, stale)
+    assert recent.duplicates(np.concatenate([first, second]), np.zeros(1000, dtype=np.int64)).duplicates.all()
 
 
 def test_dedup_table_is_allocated_on_the_first_id_only() -> None:
-    recent = RecentIds(100_000)
-    assert recent.duplicates(np.zeros(0, dtype=np.uint64)).duplicates.size == 0
+    recent = RecentIds(100_000, window_ms=300_000, cap=2_000_000)
+    none = np.zeros(0, dtype=np.uint64)
+    assert recent.duplicates(none, none.astype(np.int64)).duplicates.size == 0
     assert recent.ordered().size == 0 and recent._keys.size == 0
-    recent.insert(np.array([5, 6, 5], dtype=np.uint64))
-    assert recent.ordered().tolist() == [5, 6, 5] and recent._keys.size >= 200_000
+    recent.insert(np.array([5, 6, 5], dtype=np.uint64), np.array([1, 2, 3], dtype=np.int64))
+    assert recent.ordered().tolist() == [5, 6, 5] and recent.ordered_times().tolist() == [1, 2, 3]
+    assert 0 < recent._keys.size <= 16 * 1024  # sized for what it holds, not for the cap
 
 
 def test_a_horizon_of_zero_folds_every_resend() -> None:

@@ -17,6 +17,12 @@ from kvldp.kafka.client_config import KafkaConfig
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
 MAX_RECORDS = 20_000
 #: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
+#: a member that sends no heartbeat for this long is expelled from the group (aiokafka sends
+#: none while a rebalance listener runs: see :data:`ASSIGNMENT_BUDGET_S`)
+SESSION_TIMEOUT_MS = 6_000
+#: the longest a worker's assignment callback waits for snapshots, all partitions together:
+#: half the session timeout, so that the member is never expelled while it waits
+ASSIGNMENT_BUDGET_S = SESSION_TIMEOUT_MS / 2000
 #: fetch; 4 MiB is no faster (``kvldp bench ingest``) and keeps 4x more bytes in flight
 FETCH_BYTES = 1 << 20
 
@@ -30,7 +36,7 @@ def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> A
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
-        session_timeout_ms=6_000,
+        session_timeout_ms=SESSION_TIMEOUT_MS,
         max_partition_fetch_bytes=FETCH_BYTES,
         metadata_max_age_ms=5_000,  # notice a vanished or recreated topic within seconds
     )

@@ -1,21 +1,36 @@
-"""De-duplication by report id: the last ``horizon`` ids of a partition.
+"""De-duplication by report id: a partition remembers the ids of a count *and* a time.
 
-**Rule.** A report whose non-zero id occurs among the ``horizon`` id-tagged reports
-before it in its partition is a duplicate. The rule looks back a fixed number of
-reports, so it gives the same answer however the stream is cut into fetches, across
-restarts, and in an offline replay.
+**Rule.** Each id-tagged report of a partition has a sequence number ``i`` (tagged
+reports seen before it) and a *partition time* ``W_i``: the latest Kafka record time
+among the tagged reports up to and including it (a running maximum, so it never goes
+back, whatever the order producers stamped their records in). The report is a duplicate
+when its non-zero id occurs at an earlier sequence number ``j`` that is still
+*remembered*:
 
-**Structure.** The ids live in a ring, oldest first (what checkpoints store), and in an
-open-addressing hash table from id to the sequence number of its latest occurrence,
-rebuilt from the ring on load. Lookups and inserts are vectorised rounds of linear
-probing over the whole batch — no Python per report, no sort of the history. The slot
-hash is multiplicative with a secret odd multiplier, so report ids chosen by an
-attacker cannot be steered into one probe chain. Entries older than the horizon are
-ignored by the distance check and dropped when the table is rebuilt, every ``horizon``
-inserts (so a rebuild costs one extra placement per insert). The table has at least
-``4 x horizon`` slots, so it is at most half full and probe chains stay short (about 72
-bytes per unit of horizon with the ring), and is allocated on the first id: collections
-without ids pay nothing.
+- ``i - j <= horizon`` (the last ``horizon`` tagged reports: the old count rule), or
+- ``W_j >= W_i - window`` (the reports of the last ``window`` of partition time),
+
+and in both cases ``i - j <= cap``. So a re-sent report is counted once when it comes
+back within ``window`` of record time, at any report rate up to ``cap / window`` per
+second; past that rate the oldest ids are forgotten first and the memory is the last
+``cap`` tagged reports (never fewer than ``horizon``). The rule reads only the records
+themselves, so it gives the same answer however the stream is cut into fetches, across
+restarts, and in an offline replay. Because ``W`` is monotone, what is remembered is
+always a suffix of the stream: every report's *floor* (the oldest remembered sequence
+number) is one ``searchsorted`` over the held times.
+
+**Structure.** The remembered ids and their partition times live in two growable
+arrays, oldest first (what checkpoints store), and in an open-addressing hash table from
+id to the sequence number of its latest occurrence, rebuilt from the arrays. Lookups and
+inserts are vectorised rounds of linear probing over the whole batch — no Python per
+report, no sort of the history. The slot hash is multiplicative with a secret odd
+multiplier, so report ids chosen by an attacker cannot be steered into one probe chain.
+Entries older than the floor are ignored by the floor check and dropped when the table
+is rebuilt, once as many ids were inserted as were held at the last rebuild (at least
+:data:`MIN_ROUND`); the table then has at least 4 slots per entry it can hold before the
+next rebuild, so it is at most half full and probe chains stay short. Memory is about
+100 bytes per remembered id at most (the arrays and the table), so ``rate x window``
+ids, at most ``cap``; nothing is allocated before the first id.
 """
 
 from __future__ import annotations
@@ -29,6 +44,9 @@ from numpy.typing import NDArray
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
+
+#: fewest inserts between two rebuilds of the table (and its smallest sizing unit)
+MIN_ROUND = 1024
 
 
 @dataclass(frozen=True)
@@ -50,37 +68,83 @@ _MULTIPLIER = np.uint64(secrets.randbits(64) | 1)
 
 
 class RecentIds:
-    """The ring and the hash table of one partition's recent report ids."""
+    """The remembered report ids of one partition: arrays of ids and times, and a hash table.
 
-    def __init__(self, horizon: int, ids: U64 | None = None) -> None:
+    ``horizon`` ids are always remembered, ids of the last ``window_ms`` of partition time
+    as well, and never more than ``cap`` (raised to ``horizon`` when below it)."""
+
+    def __init__(
+        self,
+        horizon: int,
+        ids: U64 | None = None,
+        times: I64 | None = None,
+        *,
+        window_ms: int = 0,
+        cap: int = 0,
+    ) -> None:
         self.horizon = horizon
+        self.window_ms = window_ms
+        self.cap = max(cap, horizon)
         self.count = 0  # tagged reports seen: the sequence number of the next one
-        self._ring = np.zeros(0, dtype=np.uint64)
+        self._ids = np.zeros(0, dtype=np.uint64)
+        self._at = np.zeros(0, dtype=np.int64)  # partition time of each held id
+        self._start = 0  # held entries are _ids[_start:_end], sequence numbers from count - held
+        self._end = 0
         self._keys = np.zeros(0, dtype=np.uint64)
         self._seqs = np.zeros(0, dtype=np.int64)
         self._since_rebuild = 0
+        self._round = MIN_ROUND
         self._version = 0  # bumped by every change of the table: older probes are stale
         if ids is not None and ids.size:
-            self.insert(np.asarray(ids, dtype=np.uint64)[-horizon:])
+            held = np.asarray(ids, dtype=np.uint64)
+            at = (
+                np.zeros(held.shape[0], dtype=np.int64)
+                if times is None
+                else np.asarray(times, dtype=np.int64)
+            )
+            self.insert(held, at)
 
     # ------------------------------------------------------------------ state
-    def ordered(self) -> U64:
-        """The last ``min(count, horizon)`` ids, oldest first (what a checkpoint keeps)."""
-        if not self._ring.size:
-            return np.zeros(0, dtype=np.uint64)
-        held = min(self.count, self.horizon)
-        end = self.count % self.horizon
-        return np.roll(self._ring, -end)[self.horizon - held :] if held else self._ring[:0].copy()
+    @property
+    def held(self) -> int:
+        """How many ids are remembered."""
+        return self._end - self._start
 
-    def _allocate(self) -> None:
-        self._version += 1  # a probe of the unallocated table has no slots
-        # at most 2 x horizon entries between rebuilds, kept under 1/2 load
-        bits = max(4, math.ceil(math.log2(4 * self.horizon)))
+    def ordered(self) -> U64:
+        """The remembered ids, oldest first (what a checkpoint keeps)."""
+        return self._ids[self._start : self._end].copy()
+
+    def ordered_times(self) -> I64:
+        """The partition time (ms) of each remembered id, as :meth:`ordered`."""
+        return self._at[self._start : self._end].copy()
+
+    def _times(self, times: I64) -> I64:
+        """The partition time of each of the next tagged reports with these record times."""
+        clock = self._at[self._end - 1] if self.held else np.iinfo(np.int64).min
+        return np.maximum.accumulate(np.maximum(np.asarray(times, dtype=np.int64), clock))
+
+    def _floors(self, seq: I64, at: I64) -> I64:
+        """The oldest remembered sequence number for reports ``seq`` at partition times ``at``,
+        counting the held entries and these reports themselves."""
+        by_count = seq - self.horizon
+        if self.window_ms > 0:  # held times, then these, are one sorted run: count those too old
+            oldest = at - self.window_ms
+            older = np.searchsorted(self._at[self._start : self._end], oldest, side="left")
+            older += np.searchsorted(at, oldest, side="left")
+            by_time = self.count - self.held + older.astype(np.int64)
+            floor = np.minimum(by_count, by_time)
+        else:
+            floor = by_count
+        return np.maximum(floor, seq - self.cap)
+
+    # ------------------------------------------------------------------ table
+    def _allocate(self, entries: int) -> None:
+        """A table with at least 2 slots per entry it will hold: at most half full."""
+        bits = max(4, math.ceil(math.log2(2 * max(entries, 1))))
         self._shift = np.uint64(64 - bits)
         self._mask = (1 << bits) - 1
         self._keys = np.zeros(1 << bits, dtype=np.uint64)
         self._seqs = np.zeros(1 << bits, dtype=np.int64)
-        self._ring = np.zeros(self.horizon, dtype=np.uint64)
 
     def _slots(self, ids: U64) -> I64:
         return ((ids * _MULTIPLIER) >> self._shift).astype(np.int64)
@@ -104,46 +168,73 @@ class RecentIds:
             slot[pending] = (s[more] + 1) & self._mask
         return out, slot
 
-    def duplicates(self, ids: U64) -> Probe:
-        """Which of the next tagged reports, with these ids (non-zero, in order), are
-        duplicates under the rule (pure: :meth:`insert` records them afterwards, reusing
-        the probe if nothing changed in between)."""
+    def duplicates(self, ids: U64, times: I64) -> Probe:
+        """Which of the next tagged reports, with these ids (non-zero, in order) and record
+        times (ms), are duplicates under the rule (pure: :meth:`insert` records them
+        afterwards, reusing the probe if nothing changed in between)."""
         n = ids.shape[0]
         seq = self.count + np.arange(n, dtype=np.int64)
+        floor = self._floors(seq, self._times(times))
         previous, slots = self._probe(ids)
-        dup = (previous >= 0) & (seq - previous <= self.horizon)
+        dup = (previous >= 0) & (previous >= floor)
         ordered = np.sort(ids)
         repeated = n > 1 and bool((ordered[1:] == ordered[:-1]).any())
-        if repeated:  # an id repeated inside the batch
+        if repeated:  # an id repeated inside the batch: compare with its occurrence before
             order = np.argsort(ids, kind="stable")
             again = np.flatnonzero(ids[order][1:] == ids[order][:-1]) + 1
-            gap = order[again] - order[again - 1]
-            dup[order[again[gap <= self.horizon]]] = True
+            later, earlier = order[again], order[again - 1]
+            dup[later[seq[earlier] >= floor[later]]] = True
         return Probe(dup, self._version, slots, previous >= 0, not repeated)
 
     # ------------------------------------------------------------------ updates
-    def insert(self, ids: U64, probe: Probe | None = None) -> None:
-        """Record the next tagged reports' ids (duplicates included), in order. ``probe``
-        is :meth:`duplicates`' answer for these ids; it saves probing again when no other
-        insert happened since."""
+    def insert(self, ids: U64, times: I64, probe: Probe | None = None) -> None:
+        """Record the next tagged reports' ids (duplicates included) and record times, in
+        order. ``probe`` is :meth:`duplicates`' answer for these ids; it saves probing again
+        when no other insert happened since."""
         n = ids.shape[0]
         if not n or self.horizon <= 0:
             return
-        if not self._keys.size:
-            self._allocate()
+        at = self._times(times)
         seq = self.count + np.arange(n, dtype=np.int64)
-        tail = ids[-self.horizon :]
-        positions = (self.count + n - tail.shape[0] + np.arange(tail.shape[0])) % self.horizon
-        self._ring[positions] = tail
+        self._append(ids, at)
         self.count += n
+        self._forget()
         self._since_rebuild += n
-        if self._since_rebuild > self.horizon:
+        if not self._keys.size or self._since_rebuild > self._round:
             self._rebuild()
         elif probe is not None and probe.version == self._version and probe.slots.shape[0] == n:
             self._place_probed(ids, seq, probe)
         else:
             self._place(ids, seq)
         self._version += 1
+
+    def _append(self, ids: U64, at: I64) -> None:
+        n, held = ids.shape[0], self.held
+        if self._end + n > self._ids.shape[0]:  # compact, and grow when still short
+            size = max(self._ids.shape[0], 2 * (held + n), 16)
+            fresh_ids = np.zeros(size, dtype=np.uint64)
+            fresh_at = np.zeros(size, dtype=np.int64)
+            fresh_ids[:held] = self._ids[self._start : self._end]
+            fresh_at[:held] = self._at[self._start : self._end]
+            self._ids, self._at, self._start, self._end = fresh_ids, fresh_at, 0, held
+        self._ids[self._end : self._end + n] = ids
+        self._at[self._end : self._end + n] = at
+        self._end += n
+
+    def _forget(self) -> None:
+        """Drop the held entries that no later report can remember (its floor is at least
+        the floor of a report at the current partition time)."""
+        if not self.held:
+            return
+        floor = int(self._floors(np.array([self.count]), self._at[self._end - 1 : self._end])[0])
+        drop = max(0, floor - (self.count - self.held))
+        self._start += min(drop, self.held)
+        if self._ids.shape[0] > 64 and 4 * self.held < self._ids.shape[0]:  # shrink a mostly empty buffer
+            held = self.held
+            self._ids, self._at = self.ordered(), self.ordered_times()
+            self._ids.resize(max(16, 2 * held), refcheck=False)
+            self._at.resize(max(16, 2 * held), refcheck=False)
+            self._start, self._end = 0, held
 
     def _place_probed(self, ids: U64, seq: I64, probe: Probe) -> None:
         """Place ids whose probe ended at their slot or at a free one: claim the free slots
@@ -186,9 +277,16 @@ class RecentIds:
         np.maximum.at(self._seqs, final, seq)
 
     def _rebuild(self) -> None:
-        """Drop everything older than the horizon: re-insert the ring alone."""
-        self._keys[:] = 0
-        self._seqs[:] = 0
+        """Drop everything older than the floor: re-insert the held entries alone, into a
+        table sized for them and for the inserts until the next rebuild."""
         held = self.ordered()
+        self._round = max(MIN_ROUND, held.shape[0] // 2)
+        size = 1 << max(4, math.ceil(math.log2(2 * (held.shape[0] + self._round))))
+        if size != self._keys.shape[0]:
+            self._allocate(held.shape[0] + self._round)
+        else:
+            self._keys[:] = 0
+            self._seqs[:] = 0
         self._since_rebuild = 0
+        self._version += 1
         self._place(held, self.count - held.shape[0] + np.arange(held.shape[0], dtype=np.int64))

@@ -81,6 +81,8 @@ class Plan:
     duplicates: int
     #: the report ids to record, in order (every id-tagged report of the fetch)
     tagged: NDArray[np.uint64]
+    #: the Kafka record time (ms) of each of ``tagged``
+    tagged_at: IntArray
     #: what checking ``tagged`` for duplicates learnt, reused by the insert
     probe: Probe | None
     ledger: Ledger
@@ -124,7 +126,7 @@ class Plan:
         target.duplicates += self.duplicates
         if self.implausible is not None:
             target.flagged.add(self.implausible)
-        target.recent.insert(self.tagged, self.probe)
+        target.recent.insert(self.tagged, self.tagged_at, self.probe)
         target.ledger = self.ledger
         target.last_digest = self.last_digest
 
@@ -175,7 +177,8 @@ def plan(
         )
     keep = np.ones(decoded.rids.shape[0], dtype=bool)
     tagged = decoded.rids[decoded.rids != 0] if config.dedup_horizon > 0 else decoded.rids[:0]
-    probe = current.recent.duplicates(tagged) if tagged.size else None
+    tagged_at = timestamps[decoded.message[decoded.rids != 0]] if tagged.size else timestamps[:0]
+    probe = current.recent.duplicates(tagged, tagged_at) if tagged.size else None
     if probe is not None:
         keep[decoded.rids != 0] = ~probe.duplicates
     duplicates = int(np.sum(~keep))
@@ -225,6 +228,7 @@ def plan(
         rejected,
         duplicates,
         tagged,
+        tagged_at,
         probe,
         ledger,
         record_digest(fresh[-1]),

@@ -41,7 +41,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, KafkaError
 
 from kvldp.aggregator.console import stderr_line
-from kvldp.aggregator.consumer import MAX_RECORDS, reports_consumer
+from kvldp.aggregator.consumer import ASSIGNMENT_BUDGET_S, MAX_RECORDS, reports_consumer
 from kvldp.aggregator.control_publisher import ControlPublisher
 from kvldp.aggregator.dlq import dead_letter, dlq_producer
 from kvldp.aggregator.exporter import Exporter
@@ -374,13 +374,23 @@ class Aggregator(ServingRole):
         """Take over assigned partitions from the state topic. The previous owner published
         each snapshot before committing its offset, so the committed offset says which
         snapshot to wait for. An older one would also be correct (every snapshot is a
-        consistent prefix); it only means re-reading some records."""
-        await follower.caught_up(timeout=5.0)
-        for tp in assigned:
-            committed = 0
-            with contextlib.suppress(KafkaError):
-                committed = await consumer.committed(tp) or 0
-            entry = await follower.wait_for(tp.partition, committed, timeout=10.0)
+        consistent prefix); it only means re-reading some records.
+
+        aiokafka sends no heartbeat while this runs, so everything here shares one bound,
+        :data:`ASSIGNMENT_BUDGET_S`: the committed offsets are asked for together, the
+        snapshots waited for together, and a partition with nothing committed (a new
+        collection, an added partition) waits for none."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ASSIGNMENT_BUDGET_S
+        await follower.caught_up(timeout=ASSIGNMENT_BUDGET_S / 2)
+        offsets = await asyncio.gather(*(_committed(consumer, tp) for tp in assigned))
+        entries = await asyncio.gather(
+            *(
+                follower.wait_for(tp.partition, committed, timeout=max(0.0, deadline - loop.time()))
+                for tp, committed in zip(assigned, offsets, strict=True)
+            )
+        )
+        for tp, committed, entry in zip(assigned, offsets, entries, strict=True):
             if entry is None:
                 continue
             if entry.rank[1] < committed:
@@ -396,6 +406,13 @@ class Aggregator(ServingRole):
                     f"the snapshot of partition {tp.partition} in {self.collection.state_topic} "
                     f"is not this collection's: {exc}"
                 )
+
+
+async def _committed(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
+    """The group's committed offset of ``tp``; 0 when there is none or it cannot be read."""
+    with contextlib.suppress(KafkaError):
+        return int(await consumer.committed(tp) or 0)
+    return 0
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

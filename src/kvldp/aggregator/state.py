@@ -47,7 +47,9 @@ from kvldp.common.schema import ReportBatch
 from kvldp.common.stats import Stats
 
 FORMAT = "kvldp-checkpoint"
-VERSION = 2
+VERSION = 3
+#: older versions still read: 2 kept report ids without their partition times
+READABLE = (2, 3)
 
 
 class CheckpointMismatch(KvldpError):
@@ -60,6 +62,21 @@ def bucket_millis(collection: Collection) -> int | None:
     if not finite:
         return None
     return max(1000, min(finite) * 1000 // 10)
+
+
+def recent_ids(collection: Collection, entry: dict[str, Any] | None = None) -> RecentIds:
+    """A partition's de-duplication memory under the collection's settings, empty or from a
+    checkpoint's partition ``entry`` (a version 2 entry has no times: its ids keep the count
+    rule alone)."""
+    agg = collection.aggregate
+    ids = times = None
+    if entry is not None:
+        ids = np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64)
+        if "recent_at" in entry:
+            times = np.frombuffer(entry["recent_at"], dtype="<i8").astype(np.int64)
+    return RecentIds(
+        agg.dedup_horizon, ids, times, window_ms=agg.dedup_window_s * 1000, cap=agg.dedup_max_ids
+    )
 
 
 @dataclass
@@ -118,7 +135,7 @@ class AggregatorState:
             self.partitions[p] = PartitionState(
                 next_offset=0,
                 base=self.mechanism.new_stats(),
-                recent=RecentIds(self.collection.aggregate.dedup_horizon),
+                recent=recent_ids(self.collection),
             )
         return self.partitions[p]
 
@@ -252,6 +269,7 @@ class AggregatorState:
                     "duplicates": s.duplicates,
                     "resets": s.resets,
                     "recent": s.recent.ordered().astype("<u8").tobytes(),
+                    "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
                     "ledger": {
                         str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
                         for w, (k, c) in s.ledger.windows.items()
@@ -276,7 +294,11 @@ class AggregatorState:
             payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:
             raise CheckpointMismatch(f"checkpoint is not valid msgpack: {exc}") from exc
-        if not isinstance(payload, dict) or payload.get("format") != FORMAT or payload.get("v") != VERSION:
+        if (
+            not isinstance(payload, dict)
+            or payload.get("format") != FORMAT
+            or payload.get("v") not in READABLE
+        ):
             raise CheckpointMismatch("file is not a kvldp checkpoint of a supported version")
         if payload.get("collection") != collection.name or payload.get("digest") != collection.digest:
             raise CheckpointMismatch(
@@ -301,10 +323,7 @@ class AggregatorState:
                     rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
                     duplicates=int(entry["duplicates"]),
                     resets=int(entry["resets"]),
-                    recent=RecentIds(
-                        collection.aggregate.dedup_horizon,
-                        np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
-                    ),
+                    recent=recent_ids(collection, entry),
                     ledger=Ledger(
                         {
                             int(w): (

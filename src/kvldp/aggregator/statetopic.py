@@ -202,12 +202,14 @@ class StateFollower:
     async def wait_for(self, partition: int, next_offset: int, timeout: float) -> Entry | None:
         """The current snapshot of ``partition`` once it has reached ``next_offset`` (e.g. the
         offset its previous owner committed after publishing), or whatever is current
-        when ``timeout`` runs out."""
+        when ``timeout`` runs out; at once when ``next_offset`` is 0 (nothing committed:
+        whatever is current, or nothing, is a place to start)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
             entry = self.snapshots.get(partition)
-            if (entry is not None and entry.rank[1] >= next_offset) or loop.time() >= deadline:
+            reached = next_offset <= 0 or (entry is not None and entry.rank[1] >= next_offset)
+            if reached or loop.time() >= deadline:
                 return entry
             self._fetched.clear()
             with contextlib.suppress(TimeoutError):

@@ -80,8 +80,13 @@ LOG4J2 = {
 
 
 def kafka_uuid() -> str:
-    """A random id in Kafka's text form (``Uuid.toString``: 16 bytes, URL-safe base64, unpadded)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A random id in Kafka's text form (``Uuid.toString``: 16 bytes, URL-safe base64,
+    unpadded), drawn again while it starts with ``-`` as Kafka's ``Uuid.randomUuid`` does:
+    the storage tool would read such an id as an option (1 draw in 64)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def write_properties(path: Path, entries: dict[str, str]) -> None:

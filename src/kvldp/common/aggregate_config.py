@@ -60,6 +60,8 @@ class AggregateConfig:
     max_report_age_s: float = 7 * 86400.0
     max_clock_skew_s: float = 300.0
     dedup_horizon: int = 100_000
+    dedup_window_s: int = 300
+    dedup_max_ids: int = 2_000_000
     max_reports_per_device: int = 0
     budget_window_s: int = 86_400
     max_record_lead_s: int = 300
@@ -110,7 +112,10 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
     partitions = _integer(table, "partitions")
     replication = _replication(table)
     cap = _integer(table, "max_message_bytes")
-    limits = {key: _integer(table, key) for key in ("dedup_horizon", "max_reports_per_device")}
+    limits = {
+        key: _integer(table, key) for key in ("dedup_horizon", "dedup_max_ids", "max_reports_per_device")
+    }
+    limits["dedup_window_s"] = _duration(table, "dedup_window", "5m")
     limits["budget_window_s"] = _duration(table, "budget_window", "1d")
     limits["max_record_lead_s"] = _duration(table, "max_record_lead", "5m")
     ages = {}
@@ -123,6 +128,8 @@ def parse_aggregate(table: Any, mechanism: Mechanism) -> AggregateConfig:
         max_report_age_s=ages["max_report_age_s"],
         max_clock_skew_s=ages["max_clock_skew_s"],
         dedup_horizon=limits["dedup_horizon"],
+        dedup_window_s=limits["dedup_window_s"],
+        dedup_max_ids=limits["dedup_max_ids"],
         max_reports_per_device=limits["max_reports_per_device"],
         budget_window_s=limits["budget_window_s"],
         max_record_lead_s=limits["max_record_lead_s"],

@@ -227,6 +227,8 @@ def collection_table(collection: Collection) -> dict[str, Any]:
             "max_report_age_s": agg.max_report_age_s,
             "max_clock_skew_s": agg.max_clock_skew_s,
             "dedup_horizon": agg.dedup_horizon,
+            "dedup_window": f"{agg.dedup_window_s}s",
+            "dedup_max_ids": agg.dedup_max_ids,
             "max_record_lead": f"{agg.max_record_lead_s}s",
         },
     }

@@ -189,9 +189,32 @@ AGGREGATE = (
         "100000",
         "0 (off) to 10000000",
         False,
-        "report ids remembered per partition to count a re-sent report once (about 72 bytes each)",
+        "the last this many id-tagged reports of a partition are remembered, to count a re-sent "
+        "report once; 0 turns de-duplication off (docs/gateway.md#exactly-once)",
         0,
         10_000_000,
+    ),
+    FieldSpec(
+        "dedup_window",
+        "duration",
+        '"5m"',
+        DURATION,
+        False,
+        "the report ids of this much Kafka record time are remembered as well, at any report rate up "
+        "to `dedup_max_ids` per window: keep it above the devices' retry deadline (the SDK's 120 s) "
+        "plus their request timeout (30 s) and the spread of the gateways' clocks",
+    ),
+    FieldSpec(
+        "dedup_max_ids",
+        "integer",
+        "2000000",
+        "0 to 3000000 (never below `dedup_horizon`)",
+        False,
+        "the most report ids a partition remembers (80-100 bytes each in memory, 16 in a checkpoint "
+        "or a worker's snapshot, which the state topic takes up to 64 MiB); past it the oldest are "
+        "forgotten first, so `dedup_window` holds up to this many tagged reports per window",
+        0,
+        3_000_000,
     ),
     FieldSpec(
         "max_reports_per_device",

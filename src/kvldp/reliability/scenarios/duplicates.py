@@ -54,7 +54,8 @@ def _with_resends(
 
 
 def _sequential_dedup(rid_lists: list[np.ndarray[Any, Any]], horizon: int) -> list[np.ndarray[Any, Any]]:
-    """The documented rule, one report at a time (the scenario's independent oracle)."""
+    """The documented rule with ``dedup_max_ids = dedup_horizon`` (the last ``horizon``
+    tagged reports), one report at a time (the scenario's independent oracle)."""
     window: deque[int] = deque(maxlen=horizon)
     seen: Counter[int] = Counter()
     keep = []
@@ -83,7 +84,11 @@ async def duplicates(
     out = Outcome("duplicates")
     rng = np.random.default_rng(seed)
     horizon = 5_000
-    tagged, tagged_path = make_collection(workdir, "dup-rid", "kvue", 6, partitions=1, dedup_horizon=horizon)
+    # the whole stream is stamped within seconds, inside any dedup_window: a cap equal to the
+    # horizon leaves the count alone to decide, which the oracle follows report by report
+    tagged, tagged_path = make_collection(
+        workdir, "dup-rid", "kvue", 6, partitions=1, dedup_horizon=horizon, dedup_max_ids=horizon
+    )
     plain, plain_path = make_collection(workdir, "dup-none", "kvue", 6, partitions=1)
     # mostly single-report messages (devices), some gateway batches of 5
     singles = report_batches(tagged, reports // 2, 1, seed)
