@@ -14,20 +14,31 @@ against this broker, with ``kafka-configs.sh`` a thin wrapper of the fetched jar
 from __future__ import annotations
 
 import asyncio
+import os
+import shlex
+import shutil
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import javaproperties
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaSecurity, ScramUser
 from kvldp.common.collection import Collection
-from kvldp.kafka.client_config import kafka_config
+from kvldp.gateway.signing import load_private_key, sign_token
+from kvldp.kafka.client_config import KafkaConfig, kafka_config
+from kvldp.kafka.client_start import KafkaStartError, start_or_close
+from kvldp.producer.collector import Collector
+from kvldp.reliability.processes import AggregatorProcess, total
 
-from support import run_kvldp
-from support.deploy import broker_properties
-from support.pipeline import collection_toml, unique_collection
+from support import run, run_kvldp
+from support.deploy import CLIENT_FILE, START_SCRIPT, broker_properties, client_properties
+from support.gateway_process import GatewayProcess
+from support.pipeline import collection_toml, eventually, unique_collection
 
 INGEST = ScramUser("ingest", "ingest-secret")
 AGGREGATOR = ScramUser("aggregator", "aggregator-secret")
@@ -151,3 +162,142 @@ def test_a_device_credential_cannot_write_the_reports_topic(secured: ApacheKafka
 async def create_topics(kafka: ApacheKafka, collection: Collection) -> None:
     """The collection's topics, as the aggregator's principal creates them."""
     await ensure_topics(kafka_config(kafka.client_properties(AGGREGATOR.name)), collection)
+
+
+async def one_device(collection: Collection, url: str, name: str, token: str, index: int) -> int:
+    """One device reporting through the gateway; the reports its collector sent."""
+    async with Collector(collection, endpoint=url, token=token, device_id=name) as collector:
+        await collector.report({collection.keys[index % collection.d]: float(index % 11)})
+        await collector.flush()
+        return collector.sent_reports
+
+
+@pytest.mark.asyncio
+async def test_gateway_to_aggregator_each_as_its_own_principal(secured: ApacheKafka, tmp_path: Path) -> None:
+    """Devices -> gateway (``ingest``) -> reports topic -> aggregator (``aggregator``),
+    which creates its topics and folds every report."""
+    collection = unique_collection()
+    allow_collection(secured, collection)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    keygen = run_kvldp("devices", "keygen", "--out", str(tmp_path / "keys"))
+    assert keygen.returncode == 0, keygen.stderr
+    key, kid = load_private_key(tmp_path / "keys" / "private.pem")
+    names = [f"phone-{i:03d}" for i in range(DEVICES)]
+    aggregator = AggregatorProcess(
+        toml,
+        secured.sasl_bootstrap_servers,
+        tmp_path,
+        env={"KVLDP_KAFKA_CONFIG": str(client_file(secured, AGGREGATOR, tmp_path / "aggregator.properties"))},
+    ).start()
+    gateway = GatewayProcess(
+        [toml],
+        tmp_path / "keys" / "jwks.json",
+        AUDIENCE,
+        secured.sasl_bootstrap_servers,
+        tmp_path,
+        ["--kafka-config", str(client_file(secured, INGEST, tmp_path / "ingest.properties"))],
+    )
+    try:
+        await aggregator.ready()  # it created the collection's topics as its own principal
+        url = await gateway.start()
+        sent = await asyncio.gather(
+            *(
+                one_device(collection, url, name, sign_token(key, kid, name, AUDIENCE, 600), i)
+                for i, name in enumerate(names)
+            )
+        )
+        assert sent == [1] * DEVICES
+
+        async def all_folded() -> bool:
+            samples = await asyncio.to_thread(aggregator.samples)
+            return total(samples, "kvldp_reports_total") >= DEVICES
+
+        await eventually(all_folded, 60, f"the aggregator to fold {DEVICES} reports")
+        samples = await asyncio.to_thread(aggregator.samples)
+        assert total(samples, "kvldp_reports_total") == DEVICES
+        assert total(samples, "kvldp_reports_rejected_total") == 0
+        assert gateway.stop() == 0
+        assert aggregator.stop() == 0
+    finally:
+        gateway.kill()
+        aggregator.kill()
+
+
+def wrapper(kafka: ApacheKafka, directory: Path, script: str, main_class: str) -> None:
+    """``directory/script`` (e.g. ``kafka-configs.sh``): the Kafka distribution's command,
+    running its Java main class from the fetched jars."""
+    path = directory / script
+    path.write_text(f'#!/usr/bin/env bash\nexec {shlex.join(kafka.tool_command(main_class))} "$@"\n')
+    path.chmod(0o755)
+
+
+def deploy_login(kafka: ApacheKafka, password: str | None = None) -> KafkaConfig:
+    """deploy/'s client file as a client on this machine reads it: this broker's SASL
+    listener (no TLS here, so no CA), the file's user and password."""
+    entries = {k: v for k, v in client_properties().items() if not k.startswith("ssl.")}
+    entries |= {"bootstrap.servers": kafka.sasl_bootstrap_servers, "security.protocol": "SASL_PLAINTEXT"}
+    if password is not None:
+        entries["sasl.password"] = password
+    return kafka_config(entries)
+
+
+async def logs_in(settings: KafkaConfig) -> bool:
+    """Whether the SCRAM login of ``settings`` is accepted (a request after it answers)."""
+    admin = AIOKafkaAdminClient(**settings.client_options("kvldp-test"))
+    try:
+        await start_or_close(admin, settings)
+    except KafkaStartError:
+        return False
+    try:
+        await admin.describe_cluster()
+        return True
+    finally:
+        await admin.close()
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.asyncio
+async def test_deploys_start_script_creates_its_user_on_the_real_broker(
+    secured: ApacheKafka, tmp_path: Path
+) -> None:
+    """kafka-start.sh, unchanged, with the distribution's kafka-configs.sh (a wrapper of
+    ConfigCommand) against the admin listener: its health check passes once the client
+    file's user has credentials, and that user then logs in with the file's password."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper(secured, bin_dir, "kafka-configs.sh", "kafka.admin.ConfigCommand")
+    entrypoint = tmp_path / "run"  # the image's entrypoint: this broker already runs
+    entrypoint.write_text("#!/usr/bin/env bash\nexec sleep 600\n")
+    entrypoint.chmod(0o755)
+    env = {
+        **os.environ,
+        "KVLDP_CLIENT_CONFIG": str(CLIENT_FILE),
+        "KVLDP_KAFKA_BIN": str(bin_dir),
+        "KVLDP_KAFKA_RUN": str(entrypoint),
+        "KVLDP_KAFKA_ADMIN": secured.bootstrap_servers,
+    }
+    assert not await logs_in(deploy_login(secured))  # no such user yet
+    check = run(["bash", str(START_SCRIPT), "--check"], env=env, timeout=60)
+    assert check.returncode != 0, "the health check passed before the credentials step"
+    started = time.monotonic()
+    broker = subprocess.Popen(
+        ["bash", str(START_SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+
+        async def healthy() -> bool:
+            checked = await asyncio.to_thread(
+                run, ["bash", str(START_SCRIPT), "--check"], env=env, timeout=60
+            )
+            return checked.returncode == 0
+
+        await eventually(healthy, 90, "deploy's health check to pass")
+        print(f"deploy's credentials step and health check: {time.monotonic() - started:.1f} s")
+        assert await logs_in(deploy_login(secured))
+        assert not await logs_in(
+            deploy_login(secured, password="not-" + client_properties()["sasl.password"])
+        )
+    finally:
+        broker.kill()
+        output, _ = broker.communicate(timeout=30)
+    assert "SCRAM-SHA-512 credentials of user kvldp are set" in output, output
