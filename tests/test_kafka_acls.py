@@ -151,7 +151,7 @@ def test_a_device_credential_cannot_write_the_reports_topic(secured: ApacheKafka
             str(client_file(secured, user, tmp_path / f"{user.name}.properties")),
             timeout=120,
         )
-        assert produced.returncode != 0, produced.stderr
+        assert produced.returncode == 2, produced.stderr
         lines = produced.stderr.strip().splitlines()
         assert len(lines) == 1, produced.stderr
         assert "Traceback" not in produced.stderr
