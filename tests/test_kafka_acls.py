@@ -25,13 +25,22 @@ from pathlib import Path
 import javaproperties
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+)
 
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaSecurity, ScramUser
+from kvldp.broker.child_process import BrokerError
 from kvldp.common.collection import Collection
+from kvldp.common.errors import KvldpError
 from kvldp.gateway.signing import load_private_key, sign_token
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
 from kvldp.kafka.client_start import KafkaStartError, start_or_close
+from kvldp.kafka.main_loop import Stop, run_async
 from kvldp.producer.collector import Collector
 from kvldp.reliability.processes import AggregatorProcess, total
 
@@ -157,6 +166,7 @@ def test_a_device_credential_cannot_write_the_reports_topic(secured: ApacheKafka
         assert "Traceback" not in produced.stderr
         assert f"not authorized for topic {collection.reports_topic}" in lines[0], lines[0]
         assert f"as {user.name})" in lines[0], lines[0]
+        print(lines[0])  # the line a user sees, with -s
 
 
 async def create_topics(kafka: ApacheKafka, collection: Collection) -> None:
@@ -301,3 +311,54 @@ async def test_deploys_start_script_creates_its_user_on_the_real_broker(
         broker.kill()
         output, _ = broker.communicate(timeout=30)
     assert "SCRAM-SHA-512 credentials of user kvldp are set" in output, output
+
+
+@pytest.mark.parametrize(
+    "user",
+    [
+        ScramUser("a,b", "secret"),
+        ScramUser("ingest", "pass]word"),
+        ScramUser("ingest", ""),
+        ScramUser("", "x"),
+    ],
+)
+def test_a_scram_user_storage_tool_would_misread_is_refused(user: ScramUser) -> None:
+    with pytest.raises(BrokerError, match="StorageTool"):
+        KafkaSecurity((user,))
+
+
+def test_scram_users_are_created_at_format_time_each_once() -> None:
+    with pytest.raises(BrokerError, match="must differ"):
+        KafkaSecurity((INGEST, ScramUser("ingest", "other-secret")))
+    assert KafkaSecurity((INGEST, DEVICE)).format_arguments() == [
+        "--add-scram",
+        "SCRAM-SHA-512=[name=ingest,password=ingest-secret]",
+        "--add-scram",
+        "SCRAM-SHA-512=[name=device,password=device-secret]",
+    ]
+
+
+def test_an_unsecured_cluster_has_no_sasl_listener() -> None:
+    with pytest.raises(BrokerError, match="not secured"):
+        ApacheKafka(1).client_properties("ingest")
+
+
+@pytest.mark.parametrize(
+    ("error", "said"),
+    [
+        (TopicAuthorizationFailedError("kvldp.x.reports"), "not authorized for topic kvldp.x.reports "),
+        (
+            GroupAuthorizationFailedError("kvldp.x.aggregator"),
+            "not authorized for consumer group kvldp.x.aggregator ",
+        ),
+        (ClusterAuthorizationFailedError(), "not authorized for cluster "),
+    ],
+)
+def test_an_acl_refusal_is_one_line_naming_what_was_refused(error: KafkaError, said: str) -> None:
+    async def refused(_: Stop) -> None:
+        raise error
+
+    with pytest.raises(KvldpError) as caught:
+        run_async(refused, "127.0.0.1:9092")
+    message = str(caught.value)
+    assert "\n" not in message and said in message and message.startswith("Kafka at 127.0.0.1:9092 refused")
