@@ -95,8 +95,9 @@ def secured() -> Iterator[ApacheKafka]:
         yield kafka
 
 
-def allow_collection(kafka: ApacheKafka, collection: Collection) -> None:
-    """The ACLs of docs/untrusted-devices.md for one collection."""
+def allow_collection(kafka: ApacheKafka, collection: Collection, group: bool = True) -> None:
+    """The ACLs of docs/untrusted-devices.md for one collection (without the aggregator's
+    group: all but that one)."""
     kafka.allow(INGEST.principal, ["Write", "Describe"], topics=[collection.reports_topic])
     kafka.allow(AGGREGATOR.principal, ["Read", "Describe", "Create"], topics=[collection.reports_topic])
     kafka.allow(
@@ -104,7 +105,8 @@ def allow_collection(kafka: ApacheKafka, collection: Collection) -> None:
         ["Read", "Write", "Describe", "Create"],
         topics=[collection.dlq_topic, collection.state_topic],
     )
-    kafka.allow(AGGREGATOR.principal, ["Read"], groups=[collection.consumer_group])
+    if group:
+        kafka.allow(AGGREGATOR.principal, ["Read"], groups=[collection.consumer_group])
 
 
 def client_file(kafka: ApacheKafka, user: ScramUser, path: Path) -> Path:
@@ -362,3 +364,25 @@ def test_an_acl_refusal_is_one_line_naming_what_was_refused(error: KafkaError, s
         run_async(refused, "127.0.0.1:9092")
     message = str(caught.value)
     assert "\n" not in message and said in message and message.startswith("Kafka at 127.0.0.1:9092 refused")
+
+
+def test_an_aggregator_without_its_group_acl_stops_with_one_line(
+    secured: ApacheKafka, tmp_path: Path
+) -> None:
+    collection = unique_collection()
+    allow_collection(secured, collection, group=False)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    aggregated = run_kvldp(
+        "aggregate",
+        "--collection",
+        str(toml),
+        "--metrics-port",
+        "0",
+        "--kafka-config",
+        str(client_file(secured, AGGREGATOR, tmp_path / "aggregator.properties")),
+        timeout=120,
+    )
+    assert aggregated.returncode == 2, aggregated.stderr
+    assert "Traceback" not in aggregated.stderr
+    (error,) = [line for line in aggregated.stderr.splitlines() if line.startswith("kvldp: error:")]
+    assert f"not authorized for consumer group {collection.consumer_group} " in error, aggregated.stderr
