@@ -6,8 +6,8 @@ outside a container.
 Three principals and the ACLs docs/untrusted-devices.md gives a collection:
 ``ingest`` (the gateway's) alone may write the reports topic; ``aggregator`` reads it
 and writes its own topics (dead letters, state); ``device`` (a credential a device could
-hold) has none. A device's write is refused with one line; the gateway's writes reach
-the aggregator, which folds them. The broker's start script of deploy/ runs unchanged
+hold) has none. A device's write is refused with one line, and so is an aggregator
+missing its group's ACL; the gateway's writes reach the aggregator, which folds them. The broker's start script of deploy/ runs unchanged
 against this broker, with ``kafka-configs.sh`` a thin wrapper of the fetched jars.
 """
 
