@@ -16,6 +16,17 @@ process holds fails with :class:`PortTaken` instead).
 Replication suits tests: with 3 nodes or more every topic and Kafka's internal topics
 have 3 replicas and need 2 in sync; with fewer, what the nodes allow.
 
+Security (``security=KafkaSecurity(...)``): each node also serves a SASL_PLAINTEXT
+listener, ``CLIENT``, where clients log in with SCRAM-SHA-512, and authorizes every
+request with KRaft's ``StandardAuthorizer`` (no ACL, no access). The SCRAM users are
+written into the metadata log when the storage is formatted (``StorageTool format
+--add-scram``), so they exist before the first request. The plaintext listener stays, on
+loopback, as the admin listener, as in deploy/'s broker: its principal ``User:ANONYMOUS``
+(like the controller's and the inter-broker traffic's) is a super user, which the
+readiness probe, :meth:`ApacheKafka.allow` (``AclCommand``) and the tools of
+:meth:`ApacheKafka.tool_command` use. :attr:`ApacheKafka.sasl_bootstrap_servers` is what
+clients with a user's :meth:`ApacheKafka.client_properties` connect to.
+
 The cluster counts as started once it accepts writes (:mod:`kvldp.broker.kafka_ready`):
 every node is a registered broker and a record produced with ``acks=all`` to
 :data:`~kvldp.broker.kafka_ready.PROBE_TOPIC` is acknowledged. Stopping terminates every
@@ -31,6 +42,7 @@ from __future__ import annotations
 
 import atexit
 import base64
+import re
 import shutil
 import signal
 import subprocess
@@ -38,6 +50,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -57,7 +70,7 @@ from kvldp.broker.child_process import (
 from kvldp.broker.kafka_install import java_binary, kafka_libs
 from kvldp.broker.kafka_ready import wait_accepts_writes
 
-__all__ = ["ApacheKafka", "KafkaNode"]
+__all__ = ["ApacheKafka", "KafkaNode", "KafkaSecurity", "ScramUser"]
 
 #: the JVM options of every node and tool: a modest heap, and a start-up that favours
 #: starting fast over peak throughput (docs: the times measured with and without)
@@ -77,6 +90,71 @@ LOG4J2 = {
     "logger.started.name": "kafka.server.KafkaRaftServer",
     "logger.started.level": "INFO",
 }
+
+
+#: the SASL mechanism of a secured cluster (deploy/'s broker offers this one only)
+SCRAM_MECHANISM = "SCRAM-SHA-512"
+#: the authorizer of a secured cluster: KRaft's, with its ACLs in the metadata log
+AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+#: the principal of the plaintext (admin, inter-broker, controller) listeners, a super user
+ADMIN_PRINCIPAL = "User:ANONYMOUS"
+#: names and passwords StorageTool's ``--add-scram`` takes as they are (it splits on ``,``,
+#: ``=`` and brackets, and has no escapes)
+SCRAM_TEXT = re.compile(r"[A-Za-z0-9._-]+")
+#: the time one admin tool run (a JVM) may take
+TOOL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ScramUser:
+    """A SCRAM-SHA-512 login of a secured cluster; its principal is ``User:<name>``."""
+
+    name: str
+    password: str
+
+    @property
+    def principal(self) -> str:
+        return f"User:{self.name}"
+
+
+@dataclass(frozen=True)
+class KafkaSecurity:
+    """What secures an :class:`ApacheKafka`: the SCRAM users created at format time.
+
+    Every request on the SASL listener is authorized by ACLs (none at first: grant them
+    with :meth:`ApacheKafka.allow`); the plaintext admin listener's principal is a super user.
+    """
+
+    users: tuple[ScramUser, ...]
+
+    def __post_init__(self) -> None:
+        names = [user.name for user in self.users]
+        if len(set(names)) != len(names):
+            raise BrokerError(f"SCRAM user names must differ: {', '.join(names)}")
+        for user in self.users:
+            for text in (user.name, user.password):
+                if not SCRAM_TEXT.fullmatch(text):
+                    raise BrokerError(
+                        f"SCRAM user {user.name!r}: names and passwords take letters, digits, '.', '_' "
+                        "and '-' only (StorageTool's --add-scram has no escapes)"
+                    )
+
+    def user(self, name: str) -> ScramUser:
+        for user in self.users:
+            if user.name == name:
+                return user
+        raise BrokerError(f"no SCRAM user {name!r} (users: {', '.join(u.name for u in self.users)})")
+
+    def format_arguments(self) -> list[str]:
+        """StorageTool's ``--add-scram`` arguments creating every user."""
+        return [
+            argument
+            for user in self.users
+            for argument in (
+                "--add-scram",
+                f"{SCRAM_MECHANISM}=[name={user.name},password={user.password}]",
+            )
+        ]
 
 
 def kafka_uuid() -> str:
@@ -102,6 +180,8 @@ class KafkaNode:
     port: int
     controller_port: int
     directory: Path
+    #: the SASL_PLAINTEXT listener's port of a secured cluster (0: none)
+    sasl_port: int = 0
     directory_id: str = field(default_factory=kafka_uuid)
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
@@ -137,9 +217,19 @@ class ApacheKafka:
     :meth:`restart` take one node down and bring it back on its ports and storage.
     """
 
-    def __init__(self, nodes: int = 1, port: int = 0, startup_timeout: float = 120.0) -> None:
+    def __init__(
+        self,
+        nodes: int = 1,
+        port: int = 0,
+        startup_timeout: float = 120.0,
+        security: KafkaSecurity | None = None,
+        extra_properties: dict[str, str] | None = None,
+    ) -> None:
         if nodes < 1:
             raise BrokerError(f"an Apache Kafka cluster needs at least one node, not {nodes}")
+        self.security = security
+        #: server properties merged over kvldp's own into every node's (e.g. deploy/'s broker settings)
+        self.extra_properties = dict(extra_properties or {})
         self.node_count = nodes
         self.requested_port = port
         self.startup_timeout = startup_timeout
@@ -151,6 +241,79 @@ class ApacheKafka:
     @property
     def bootstrap_servers(self) -> str:
         return ",".join(node.address for node in self.nodes.values())
+
+    @property
+    def sasl_bootstrap_servers(self) -> str:
+        """The SASL listeners' addresses of a secured cluster."""
+        if self.security is None:
+            raise BrokerError("this Apache Kafka cluster is not secured: it has no SASL listener")
+        return ",".join(f"{HOST}:{node.sasl_port}" for node in self.nodes.values())
+
+    def client_properties(self, user: str) -> dict[str, str]:
+        """A kvldp client file's settings logging in as SCRAM user ``user`` on the SASL listener."""
+        if self.security is None:
+            raise BrokerError("this Apache Kafka cluster is not secured: it has no SCRAM users")
+        login = self.security.user(user)
+        return {
+            "bootstrap.servers": self.sasl_bootstrap_servers,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": SCRAM_MECHANISM,
+            "sasl.username": login.name,
+            "sasl.password": login.password,
+        }
+
+    def tool_command(self, main_class: str) -> list[str]:
+        """The command running one of Kafka's admin tools from the fetched jars, e.g.
+        ``org.apache.kafka.tools.AclCommand`` (``kafka-acls.sh``) or
+        ``kafka.admin.ConfigCommand`` (``kafka-configs.sh``)."""
+        return [java_binary(), *JVM_OPTIONS, "-cp", str(kafka_libs() / "*"), main_class]
+
+    def run_tool(self, main_class: str, arguments: Sequence[str]) -> str:
+        """Run an admin tool to its end and return what it printed; a failure is a
+        :class:`BrokerError` with the tool's last words."""
+        try:
+            done = subprocess.run(
+                [*self.tool_command(main_class), *arguments],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=TOOL_TIMEOUT_S,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise BrokerError(f"{main_class} took more than {TOOL_TIMEOUT_S:.0f} s") from None
+        output = (done.stdout + done.stderr).decode(errors="replace")
+        if done.returncode != 0:
+            raise BrokerError(f"{main_class} failed (status {done.returncode}): {output.strip()[-500:]}")
+        return output
+
+    def allow(
+        self,
+        principal: str,
+        operations: Sequence[str],
+        *,
+        topics: Sequence[str] = (),
+        groups: Sequence[str] = (),
+        cluster: bool = False,
+        prefixed: bool = False,
+    ) -> None:
+        """Grant ``principal`` (``User:<name>``) the ``operations`` (``Write``, ``Read``,
+        ``Describe``, ``Create``, ...) on every named topic and group, and on the cluster,
+        through ``AclCommand`` over the admin listener (one JVM run). ``prefixed``: the
+        names are prefixes."""
+        if not (topics or groups or cluster):
+            raise BrokerError("an ACL needs a resource: topics, groups or the cluster")
+        arguments = ["--bootstrap-server", self.bootstrap_servers, "--add", "--allow-principal", principal]
+        for operation in operations:
+            arguments += ["--operation", operation]
+        for topic in topics:
+            arguments += ["--topic", topic]
+        for group in groups:
+            arguments += ["--group", group]
+        if cluster:
+            arguments.append("--cluster")
+        if prefixed:
+            arguments += ["--resource-pattern-type", "prefixed"]
+        self.run_tool("org.apache.kafka.tools.AclCommand", arguments)
 
     @property
     def pids(self) -> dict[int, int]:
@@ -199,6 +362,7 @@ class ApacheKafka:
                 self.requested_port if i == 1 and self.requested_port else free_port(),
                 free_port(),
                 directory / f"node-{i}",
+                sasl_port=free_port() if self.security is not None else 0,
             )
             for i in range(1, self.node_count + 1)
         }
@@ -241,6 +405,26 @@ class ApacheKafka:
             # a killed node is fenced, and may register again after a restart, within 3 s (not 9)
             "broker.session.timeout.ms": "3000",
             "broker.heartbeat.interval.ms": "500",
+            **self._security_properties(node),
+            **self.extra_properties,
+        }
+
+    def _security_properties(self, node: KafkaNode) -> dict[str, str]:
+        """A secured node's SASL listener ``CLIENT``, its SCRAM login and the authorizer."""
+        if self.security is None:
+            return {}
+        client = f"CLIENT://{HOST}:{node.sasl_port}"
+        return {
+            "listeners": f"PLAINTEXT://{HOST}:{node.port},{client},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{node.address},{client}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": SCRAM_MECHANISM,
+            f"listener.name.client.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
+                "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+            ),
+            "authorizer.class.name": AUTHORIZER,
+            "super.users": ADMIN_PRINCIPAL,
+            "allow.everyone.if.no.acl.found": "false",
         }
 
     def _format(self, deadline: float) -> None:
@@ -264,6 +448,7 @@ class ApacheKafka:
                     "--cluster-id",
                     cluster_id,
                     *quorum,
+                    *(self.security.format_arguments() if self.security is not None else []),
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
@@ -304,7 +489,7 @@ class ApacheKafka:
 
     def _wait_listening(self, node: KafkaNode, deadline: float) -> None:
         assert node.process is not None and node.log is not None
-        for port in (node.controller_port, node.port):
+        for port in (node.controller_port, node.port, *([node.sasl_port] if node.sasl_port else [])):
             wait_listening(
                 node.process,
                 node.log,

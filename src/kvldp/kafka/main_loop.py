@@ -3,8 +3,9 @@ Kafka and socket failures said in one line.
 
 :func:`run_async` runs a coroutine whose stop event (:class:`Stop`, which remembers the
 signal) Ctrl-C and SIGTERM set, and turns
-what a user can fix (no broker at the address, a refused TLS handshake, a port in use)
-into a :class:`~kvldp.common.errors.KvldpError` naming the cluster; :func:`until_stopped`
+what a user can fix (no broker at the address, a refused TLS handshake, a port in use,
+a request the cluster's ACLs refuse) into a :class:`~kvldp.common.errors.KvldpError`
+naming the cluster; :func:`until_stopped`
 runs one piece of work unless the stop event comes first. The command line and the demo
 run all their Kafka work through them.
 """
@@ -18,13 +19,36 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.errors import (
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    KafkaConnectionError,
+    KafkaError,
+    TopicAuthorizationFailedError,
+)
 
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import unreachable_message
 
 T = TypeVar("T")
+
+#: the refusals of a cluster's authorizer, by what they name
+REFUSED: dict[type[KafkaError], str] = {
+    TopicAuthorizationFailedError: "topic",
+    GroupAuthorizationFailedError: "consumer group",
+    ClusterAuthorizationFailedError: "cluster",
+}
+
+
+def refused_message(where: str, exc: KafkaError) -> str:
+    """One line for a request the cluster's ACLs refused, naming the topic or group."""
+    what = next(name for kind, name in REFUSED.items() if isinstance(exc, kind))
+    named = ", ".join(str(arg) for arg in exc.args if arg)
+    return (
+        f"Kafka at {where} refused: not authorized for {what}{' ' + named if named else ''} "
+        "(the cluster's ACLs give this principal no such right)"
+    )
 
 
 class Stop(asyncio.Event):
@@ -61,6 +85,8 @@ def run_async(make: Callable[[Stop], Awaitable[T]], kafka: KafkaConfig | str | N
         return asyncio.run(main())
     except KafkaConnectionError as exc:
         raise KvldpError(unreachable_message(str(where), exc)) from None
+    except tuple(REFUSED) as exc:
+        raise KvldpError(refused_message(str(where), exc)) from None
     except KafkaError as exc:
         raise KvldpError(f"Kafka error at {where}: {exc}") from None
     except ssl.SSLError as exc:

@@ -414,8 +414,9 @@ class Collector:
         accepted by the gateway. Through an endpoint, a message the gateway refused for
         good raises :class:`~kvldp.producer.gateway_client.ReportRefused` (its ``error``
         code and ``detail``), one it never took :class:`~kvldp.producer.gateway_client.GatewayUnavailable`,
-        once every other message of the flush is settled (the first failure is raised, the
-        others are logged as warnings, one per distinct error). A Kafka message that is
+        once every other message of the flush is settled (the first failure is raised; the
+        others, where their error differs from it, are logged as warnings, one per
+        distinct error, so that a refusal every message met is one line). A Kafka message that is
         not acknowledged within ``request_timeout`` raises the Kafka client's error.
         Cancelling a flush leaves its messages pending for the next one."""
         pending = list(self._pending)
@@ -430,7 +431,8 @@ class Collector:
             for outcome in pending
             if (error := asyncio.CancelledError() if outcome.cancelled() else outcome.exception()) is not None
         ]
-        for message, times in Counter(str(other) for other in failures[1:]).items():
+        raised = str(failures[0]) if failures else ""
+        for message, times in Counter(str(other) for other in failures[1:] if str(other) != raised).items():
             more = f" ({times} messages)" if times > 1 else ""
             logger.warning("collection %s: %s%s", self.collection.name, message, more)
         if failures:
