@@ -76,6 +76,8 @@ class PartitionState:
     rejected: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     resets: int = 0
+    #: offsets deleted (retention, delete-records) before they were read
+    lost: int = 0
     recent: RecentIds = field(default_factory=lambda: RecentIds(0))
     ledger: Ledger = field(default_factory=Ledger)
     last_digest: bytes = b""
@@ -251,6 +253,7 @@ class AggregatorState:
                     "rejected": dict(s.rejected),
                     "duplicates": s.duplicates,
                     "resets": s.resets,
+                    "lost": s.lost,
                     "recent": s.recent.ordered().astype("<u8").tobytes(),
                     "ledger": {
                         str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
@@ -301,6 +304,7 @@ class AggregatorState:
                     rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
                     duplicates=int(entry["duplicates"]),
                     resets=int(entry["resets"]),
+                    lost=int(entry.get("lost", 0)),
                     recent=RecentIds(
                         collection.aggregate.dedup_horizon,
                         np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64),
