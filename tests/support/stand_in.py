@@ -6,8 +6,8 @@ the aggregator's position, a recreated topic) replayed deterministically, withou
 calls and answers as aiokafka 0.14 does with ``auto_offset_reset="none"``: a fetch at an
 offset outside ``[log start, log end]`` raises ``OffsetOutOfRangeError({tp: offset})``
 and leaves the position where it was; ``beginning_offsets`` and ``end_offsets`` answer
-the true log bounds (ListOffsets, which KIP-207 keeps from lagging), while a fetch's
-high watermark can be made to dip once (:meth:`StandInConsumer.dip`).
+the true log bounds, while a fetch's high watermark, and (more than KIP-207 lets a broker
+do) the next ``end_offsets`` answer, can be made to dip once (:meth:`StandInConsumer.dip`).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class StandInConsumer:
         self.fetches = 0
         self._highwater: int | None = None
         self._dip: int | None = None
+        self._listed_dip: int | None = None
 
     # the log, as a broker changes it
     def append(self, records: list[tuple[bytes, bytes]]) -> None:
@@ -62,9 +63,11 @@ class StandInConsumer:
         self.log.clear()
         self.start = self.end = 0
 
-    def dip(self, highwater: int) -> None:
-        """The next fetch's high watermark is ``highwater`` (a new leader catching up)."""
+    def dip(self, highwater: int, listed: bool = False) -> None:
+        """The next fetch's high watermark is ``highwater`` (a new leader catching up);
+        with ``listed``, so is the next ``end_offsets`` answer."""
         self._dip = highwater
+        self._listed_dip = highwater if listed else None
 
     # what the aggregator calls
     def assignment(self) -> set[TopicPartition]:
@@ -96,7 +99,8 @@ class StandInConsumer:
         return {tp: self.start for tp in partitions}
 
     async def end_offsets(self, partitions: list[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self.end for tp in partitions}
+        end, self._listed_dip = (self.end if self._listed_dip is None else self._listed_dip), None
+        return {tp: end for tp in partitions}
 
     async def commit(self, offsets: dict[TopicPartition, int]) -> None:
         return None
