@@ -12,8 +12,9 @@ from aiokafka import TopicPartition
 from kvldp.aggregator.exporter import SnapshotCollector
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from tests.support.pipeline import unique_collection
-from tests.support.stand_in import Reports, StandInConsumer, aggregator, no_topic_admin
+
+from support.pipeline import unique_collection
+from support.stand_in import Reports, StandInConsumer, aggregator, no_topic_admin
 
 pytestmark = pytest.mark.asyncio
 

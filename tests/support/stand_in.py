@@ -24,7 +24,8 @@ from kvldp.common.collection import Collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.stats import Stats
 from kvldp.common.wire import WireFormat
-from tests.support import Rec
+
+from support import Rec
 
 #: the records' timestamp, and the aggregator's clock a second later
 STAMP_MS = 1_700_000_000_000
