@@ -2,7 +2,8 @@
 
 Every role of :class:`~kvldp.aggregator.service.Aggregator` joins the collection's
 consumer group with these settings: offsets are committed by the aggregator itself (only
-after a checkpoint), a crashed member leaves the group within seconds, and a vanished or
+after a checkpoint), the consumer never moves a partition by itself (an out-of-range
+offset is the aggregator's to judge: a reset, or records lost to retention), a crashed member leaves the group within seconds, and a vanished or
 recreated topic is noticed within seconds. The fetch sizes are shared with the bare
 consumer of ``kvldp bench ingest``, so that the benchmark compares like with like.
 """
@@ -34,7 +35,9 @@ def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> A
         **kafka.client_options(f"kvldp-{role}"),
         group_id=collection.consumer_group,
         enable_auto_commit=False,
-        auto_offset_reset="earliest",
+        # "none": an out-of-range fetch raises instead of jumping to the log start, which
+        # the aggregator would undo forever (it never skips past its next offset)
+        auto_offset_reset="none",
         heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
         session_timeout_ms=SESSION_TIMEOUT_MS,
         max_partition_fetch_bytes=FETCH_BYTES,

@@ -5,6 +5,8 @@ Metric names and labels are a contract:
 * ``kvldp_reports_total{collection}`` — reports folded (from the live state);
 * ``kvldp_reports_rejected_total{collection,reason}`` (every reason, from 0);
 * ``kvldp_consumer_lag_messages{collection,partition}``;
+* ``kvldp_offsets_lost_to_retention_total{collection,partition}``: offsets deleted
+  (retention, delete-records) before the aggregator read them;
 * ``kvldp_duplicates_total``, ``kvldp_topic_resets_total``, ``kvldp_privacy_budget_epsilon``
   (with a budget), ``kvldp_checkpoint_duration_seconds`` (histogram) and
   ``kvldp_last_checkpoint_timestamp_seconds``;
@@ -200,6 +202,14 @@ class SnapshotCollector(PromCollector):
             "Input partitions found reset (a new epoch began).",
             float(state.resets_total),
         )
+        lost = CounterMetricFamily(
+            "kvldp_offsets_lost_to_retention",
+            "Offsets of the reports topic deleted (retention, delete-records) before they were read.",
+            labels=["collection", "partition"],
+        )
+        for partition, partition_state in sorted(state.partitions.items()):
+            lost.add_metric([name, str(partition)], float(partition_state.lost))
+        yield lost
         rejected = CounterMetricFamily(
             "kvldp_reports_rejected",
             "Messages sent to the dead-letter topic, by reason.",

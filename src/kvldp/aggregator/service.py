@@ -17,11 +17,18 @@ with its original bytes and a reason, to the dead-letter topic, and the partitio
 moves past it once every in-sync replica holds that write (``acks=all``).
 
 Topic resets. Every checkpoint fingerprints the record just before the next offset. When a
-partition is assigned, that record is read again; if it differs, or the partition
-ends below the next offset, the topic was reset (an in-memory broker restarted, a topic
-was recreated). The aggregator then keeps its statistics, starts a new epoch at offset 0
-of the partition, counts ``kvldp_topic_resets_total`` and says so: nothing is lost that
-was ever folded, and nothing new is skipped.
+partition is assigned, that record is read again; if it differs, the topic was reset (an
+in-memory broker restarted, a topic was recreated). A partition whose end seems to be
+below the next offset is only a suspicion (a new leader's high watermark lags for a
+moment): the broker's log start and end offsets decide (:mod:`kvldp.aggregator.position`).
+On a reset the aggregator keeps its statistics, starts a new epoch at offset 0 of the
+partition, counts ``kvldp_topic_resets_total`` and says so: nothing is lost that was ever
+folded, and nothing new is skipped.
+
+Retention. The consumer never moves itself (``auto_offset_reset="none"``): a next offset
+that retention deleted comes back as out of range, and the aggregator counts the offsets
+it can no longer read in ``kvldp_offsets_lost_to_retention_total``, says so in one line
+and reads on from the log start.
 
 Around this module: the consumer's settings are :mod:`kvldp.aggregator.consumer`, the
 dead-letter writer :mod:`kvldp.aggregator.dlq`, the budget ledger's secret
@@ -38,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, KafkaError
+from aiokafka.errors import CommitFailedError, KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.consumer import ASSIGNMENT_BUDGET_S, MAX_RECORDS, reports_consumer
@@ -48,6 +55,7 @@ from kvldp.aggregator.exporter import Exporter
 from kvldp.aggregator.heap_trim import release_free_memory
 from kvldp.aggregator.ingest import plan, record_digest
 from kvldp.aggregator.ledgerkey import ledger_key
+from kvldp.aggregator.position import Kind, judge
 from kvldp.aggregator.serving import ServingRole, cancel, every
 from kvldp.aggregator.state import CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
@@ -166,48 +174,59 @@ class Aggregator(ServingRole):
 
     # ------------------------------------------------------------------ consuming
     async def _consume(self) -> None:
+        while True:
+            await self.consume_once()
+
+    async def consume_once(self) -> None:
+        """One fetch and what comes of it: folds, dead letters, judged surprises (the
+        consume loop's body; the tests drive it with a stand-in consumer)."""
         consumer = self._consumer
         assert consumer is not None
-        while True:
+        try:
             fetched = await consumer.getmany(timeout_ms=200, max_records=MAX_RECORDS)
-            if self._fatal is not None:
-                raise self._fatal
-            for tp, records in fetched.items():
-                if not records or tp not in consumer.assignment():
+        except OffsetOutOfRangeError as exc:
+            for tp in _partitions_of(exc):
+                await self._resolve(tp, "the broker answered out of range", reposition=True)
+            return
+        except NoOffsetForPartitionError as exc:
+            for tp in _partitions_of(exc):
+                self._seek_to_state(tp)
+            return
+        if self._fatal is not None:
+            raise self._fatal
+        for tp, records in fetched.items():
+            if not records or tp not in consumer.assignment():
+                continue
+            state = self.state.partition(tp.partition)
+            if tp.partition in self._verify:
+                expected = state.next_offset - 1
+                if records[0].offset < expected:
+                    consumer.seek(tp, expected)
                     continue
-                state = self.state.partition(tp.partition)
-                if tp.partition in self._verify:
-                    expected = state.next_offset - 1
-                    if records[0].offset < expected:
-                        consumer.seek(tp, expected)
+                self._verify.discard(tp.partition)
+                if records[0].offset == expected:
+                    if record_digest(records[0]) != state.last_digest:
+                        await self._reset(tp, "the record before the checkpoint's next offset changed")
                         continue
-                    self._verify.discard(tp.partition)
-                    if records[0].offset == expected:
-                        if record_digest(records[0]) != state.last_digest:
-                            await self._reset(tp, "the record before the checkpoint's next offset changed")
-                            continue
-                        records = records[1:]
-                if not records:
-                    continue
-                if records[0].offset > state.next_offset:
-                    # fetched past our state (e.g. from a committed offset): rewind, never skip
-                    consumer.seek(tp, state.next_offset)
-                    continue
-                work = plan(self.state, self.wire, tp.partition, records, self.ledger_key, self.now_ms())
-                if work is None:
-                    continue
-                if work.rejected:
-                    assert self._dlq is not None
-                    await dead_letter(self._dlq, self.collection.dlq_topic, tp, work.rejected)
-                    if (
-                        self.state.partitions.get(tp.partition) is not state
-                        or state.next_offset != work.start
-                    ):
-                        continue  # revoked or reset while the dead letters were written: stale plan
-                work.apply(self.state)
-                state.highwater = consumer.highwater(tp) or state.highwater
-                self._dirty.add(tp.partition)
-            await self._close_round()
+                    records = records[1:]
+            if not records:
+                continue
+            if records[0].offset > state.next_offset:
+                # fetched past our state: rewind, never skip, unless retention took the gap
+                await self._resolve(tp, f"records began at offset {records[0].offset}", reposition=True)
+                continue
+            work = plan(self.state, self.wire, tp.partition, records, self.ledger_key, self.now_ms())
+            if work is None:
+                continue
+            if work.rejected:
+                assert self._dlq is not None
+                await dead_letter(self._dlq, self.collection.dlq_topic, tp, work.rejected)
+                if self.state.partitions.get(tp.partition) is not state or state.next_offset != work.start:
+                    continue  # revoked or reset while the dead letters were written: stale plan
+            work.apply(self.state)
+            state.highwater = consumer.highwater(tp) or state.highwater
+            self._dirty.add(tp.partition)
+        await self._close_round()
 
     async def _close_round(self) -> None:
         """Close the open round if its policy says so: fold nothing more (this runs in the
@@ -239,6 +258,55 @@ class Aggregator(ServingRole):
         if self._consumer is not None and tp in self._consumer.assignment():
             self._consumer.seek(tp, 0)
 
+    async def _resolve(self, tp: TopicPartition, suspicion: str, reposition: bool) -> None:
+        """Ask the broker where ``tp``'s log starts and ends, and act on that evidence only:
+        a reset, offsets lost to retention, or (``reposition``) reading on from our state."""
+        consumer = self._consumer
+        if consumer is None or tp not in consumer.assignment():
+            return
+        state = self.state.partition(tp.partition)
+        asked_at = state.next_offset
+        verdict = await judge(consumer, tp, asked_at)
+        if (
+            tp not in consumer.assignment()
+            or self.state.partitions.get(tp.partition) is not state
+            or state.next_offset != asked_at
+        ):
+            return  # revoked, folded on or reset meanwhile: the next suspicion judges afresh
+        if verdict.kind is Kind.RESET:
+            await self._reset(
+                tp, f"{suspicion}; the broker says it ends at offset {verdict.end}, below {asked_at}"
+            )
+        elif verdict.kind is Kind.LOST:
+            self._lose(tp, verdict.start)
+        elif verdict.kind is Kind.FINE and reposition:
+            if verdict.start >= asked_at:  # the record before next_offset is gone: nothing to compare
+                self._verify.discard(tp.partition)
+            self._seek_to_state(tp)
+
+    def _seek_to_state(self, tp: TopicPartition) -> None:
+        """Read ``tp`` on from the partition's state (the record before it first, when verifying)."""
+        state = self.state.partition(tp.partition)
+        if self._consumer is not None and tp in self._consumer.assignment():
+            verifying = tp.partition in self._verify
+            self._consumer.seek(tp, state.next_offset - 1 if verifying else state.next_offset)
+
+    def _lose(self, tp: TopicPartition, start: int) -> None:
+        """The log of ``tp`` starts at ``start``, past our next offset: count the offsets that
+        can no longer be read, say so once, and read on from the log start."""
+        state = self.state.partition(tp.partition)
+        lost = start - state.next_offset
+        self.log(
+            f"partition {tp.partition} of {tp.topic}: {lost} offsets ({state.next_offset} to {start - 1}) were "
+            f"deleted by retention before they were read; reading on from offset {start}"
+        )
+        state.lost += lost
+        state.next_offset = start
+        state.last_digest = b""
+        self._verify.discard(tp.partition)
+        self._dirty.add(tp.partition)
+        self._seek_to_state(tp)
+
     async def _check_topics(self) -> None:
         """An in-memory broker that restarted (or an operator) may have dropped our topics:
         create them again so devices and the consumer group resume by themselves. A
@@ -264,18 +332,19 @@ class Aggregator(ServingRole):
                 "(auto-created by the broker? disable auto.create.topics.enable); folding all of them"
             )
 
-    async def _check_resets(self) -> None:
-        """A partition that ends below our next offset was reset."""
+    async def check_resets(self) -> None:
+        """A partition whose fetch high watermark is below our next offset may have been
+        reset: the broker's log offsets decide (one lagging reading is no reset)."""
         consumer = self._consumer
         if consumer is None:
             return
-        for tp in consumer.assignment():
+        for tp in list(consumer.assignment()):
             highwater = consumer.highwater(tp)
             state = self.state.partition(tp.partition)
             if highwater is not None:
                 state.highwater = highwater
                 if highwater < state.next_offset:
-                    await self._reset(tp, f"it now ends at offset {highwater}, below {state.next_offset}")
+                    await self._resolve(tp, f"a fetch said it ends at offset {highwater}", reposition=False)
 
     def lag(self) -> dict[int, int]:
         """Records not yet folded per assigned partition (from the fetch high watermark)."""
@@ -329,7 +398,7 @@ class Aggregator(ServingRole):
 
     async def _housekeeping(self) -> None:
         await self._check_topics()
-        await self._check_resets()
+        await self.check_resets()
         self.compact()
         if self.role == "all":
             await self.exporter.refresh(self.state)
@@ -413,6 +482,14 @@ async def _committed(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:
     with contextlib.suppress(KafkaError):
         return int(await consumer.committed(tp) or 0)
     return 0
+
+
+def _partitions_of(exc: OffsetOutOfRangeError | NoOffsetForPartitionError) -> list[TopicPartition]:
+    """The partitions an aiokafka fetch error names (a dict of them, or one)."""
+    named = exc.args[0] if exc.args else None
+    if isinstance(named, dict):
+        return [tp for tp in named if isinstance(tp, TopicPartition)]
+    return [named] if isinstance(named, TopicPartition) else []
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

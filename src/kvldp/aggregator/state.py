@@ -93,6 +93,8 @@ class PartitionState:
     rejected: Counter[str] = field(default_factory=Counter)
     duplicates: int = 0
     resets: int = 0
+    #: offsets deleted (retention, delete-records) before they were read
+    lost: int = 0
     recent: RecentIds = field(default_factory=lambda: RecentIds(0))
     ledger: Ledger = field(default_factory=Ledger)
     last_digest: bytes = b""
@@ -268,6 +270,7 @@ class AggregatorState:
                     "rejected": dict(s.rejected),
                     "duplicates": s.duplicates,
                     "resets": s.resets,
+                    "lost": s.lost,
                     "recent": s.recent.ordered().astype("<u8").tobytes(),
                     "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
                     "ledger": {
@@ -323,6 +326,7 @@ class AggregatorState:
                     rejected=Counter({str(k): int(v) for k, v in entry["rejected"].items()}),
                     duplicates=int(entry["duplicates"]),
                     resets=int(entry["resets"]),
+                    lost=int(entry.get("lost", 0)),
                     recent=recent_ids(collection, entry),
                     ledger=Ledger(
                         {

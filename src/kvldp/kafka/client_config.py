@@ -63,7 +63,7 @@ _SET_BY_KVLDP = {
     "enable.idempotence": "kvldp de-duplicates reports by id on the aggregator",
     "session.timeout.ms": "kvldp sets the consumer timeouts itself",
     "group.id": "the aggregator's group is kvldp.<collection>.aggregator",
-    "auto.offset.reset": "the aggregator reads every report from the earliest offset",
+    "auto.offset.reset": "the aggregator reads from its own next offset and judges an out-of-range one itself",
 }
 _JAAS_MODULES = {
     "org.apache.kafka.common.security.plain.PlainLoginModule": ("PLAIN",),
