@@ -16,11 +16,10 @@ from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
 from kvldp.producer.retry_policy import RetryPolicy
 
-from support import Rec
+from support import Rec, kvue_collection
 
 #: 5 x the rate at which a 100,000-report horizon stopped covering a 120 s retry
 RATE = 4150
@@ -30,16 +29,7 @@ START_MS = 1_800_000_000_000
 
 
 def collection(**aggregate: object) -> Collection:
-    return parse_collection(
-        {
-            "name": "dedupwindow",
-            "mechanism": "kvue",
-            "epsilon": 1.0,
-            "key_count": 4,
-            "value_range": [0.0, 1.0],
-            "aggregate": {"windows": ["all"], **aggregate},
-        }
-    )
+    return kvue_collection("dedupwindow", **aggregate)
 
 
 def stream(c: Collection, seconds: float, retry_after_s: float, seed: int) -> tuple[list[Rec], int]:

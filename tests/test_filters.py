@@ -19,25 +19,15 @@ from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
 
-from support import Rec
+from support import Rec, kvue_collection
 
 DAY_MS = 86_400_000
 
 
 def collection(**aggregate: object) -> Collection:
-    return parse_collection(
-        {
-            "name": "filters",
-            "mechanism": "kvue",
-            "epsilon": 1.0,
-            "key_count": 4,
-            "value_range": [0.0, 1.0],
-            "aggregate": {"windows": ["all"], **aggregate},
-        }
-    )
+    return kvue_collection("filters", **aggregate)
 
 
 # ---------------------------------------------------------------------- de-duplication

@@ -12,6 +12,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from kvldp.common.collection import Collection
+from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create, get
 from kvldp.common.mechanisms.base import Mechanism
@@ -56,6 +58,21 @@ def population_for(name: str, n: int, d: int, rng: np.random.Generator) -> KVDat
     if single_key_mechanism(name):
         return single_key_population(n, d, rng)
     return multi_key_population(n, d, rng)
+
+
+def kvue_collection(name: str, **aggregate: object) -> Collection:
+    """KVUE at epsilon 1 over four keys with values in [0, 1], one window (``all``), and the
+    ``[aggregate]`` settings given: the ingest filters' tests."""
+    return parse_collection(
+        {
+            "name": name,
+            "mechanism": "kvue",
+            "epsilon": 1.0,
+            "key_count": 4,
+            "value_range": [0.0, 1.0],
+            "aggregate": {"windows": ["all"], **aggregate},
+        }
+    )
 
 
 class Rec(NamedTuple):
