@@ -26,6 +26,8 @@ NOWHERE = ["--bootstrap-servers", "127.0.0.1:1"]
 #: a listening command's port: any free one (a fixed port may be another process's)
 AGGREGATE_PORT = ["--metrics-port", "0"]
 GATEWAY_PORT = ["--port", "0"]
+#: kvldp produce of ten simulated devices to no broker
+PRODUCE_TEN = ["produce", "--collection", COLLECTION, "--simulate", "gaussian", "--users", "10", *NOWHERE]
 
 
 @pytest.fixture
@@ -63,14 +65,7 @@ DIRECTORIES = {
         "PATH",
     ],
     "produce --state-dir": [
-        "produce",
-        "--collection",
-        COLLECTION,
-        "--simulate",
-        "gaussian",
-        "--users",
-        "10",
-        *NOWHERE,
+        *PRODUCE_TEN,
         "--state-dir",
         "PATH",
     ],
@@ -81,14 +76,7 @@ DIRECTORIES = {
 }
 OUTPUT_FILES = {
     "produce --truth": [
-        "produce",
-        "--collection",
-        COLLECTION,
-        "--simulate",
-        "gaussian",
-        "--users",
-        "10",
-        *NOWHERE,
+        *PRODUCE_TEN,
         "--truth",
         "PATH",
     ],

@@ -53,6 +53,16 @@ def lost_metric(agg: Aggregator) -> dict[str, float]:
     raise AssertionError("kvldp_offsets_lost_to_retention_total is not exported")
 
 
+async def restart(agg: Aggregator, consumer: StandInConsumer, lines: list[str], saved: bytes) -> Aggregator:
+    """A new aggregator on ``consumer`` from the checkpoint ``saved`` of ``agg``, assigned
+    its partition and drained."""
+    restarted = aggregator(agg.collection, consumer, lines)
+    restarted.state = AggregatorState.from_bytes(agg.collection, saved)
+    await restarted.assigned([consumer.tp])
+    await drain(restarted, consumer)
+    return restarted
+
+
 async def test_a_high_watermark_that_lags_for_one_fetch_re_reads_nothing() -> None:
     agg, consumer, reports, lines = setup(1000)
     await agg.assigned([consumer.tp])
@@ -88,10 +98,7 @@ async def test_a_recreated_topic_that_grew_past_the_checkpoint_is_a_reset_by_its
     saved = agg.state.to_bytes()
     consumer.recreate()
     consumer.append(reports.make(60))
-    restarted = aggregator(agg.collection, consumer, lines)
-    restarted.state = AggregatorState.from_bytes(agg.collection, saved)
-    await restarted.assigned([consumer.tp])
-    await drain(restarted, consumer)
+    restarted = await restart(agg, consumer, lines, saved)
     state = restarted.state.partition(0)
     assert (restarted.state.reports_total, state.resets, state.next_offset) == (110, 1, 60)
 
@@ -123,10 +130,7 @@ async def test_a_restart_after_retention_passed_the_checkpoint_counts_the_rest_o
     consumer.append(reports.make(100))
     await drain(agg, consumer)  # folded up to 200, then crashed: the checkpoint says 100
     consumer.delete_before(130)
-    restarted = aggregator(agg.collection, consumer, lines)
-    restarted.state = AggregatorState.from_bytes(agg.collection, saved)
-    await restarted.assigned([consumer.tp])
-    await drain(restarted, consumer)
+    restarted = await restart(agg, consumer, lines, saved)
     state = restarted.state.partition(0)
     assert (restarted.state.reports_total, state.lost, state.next_offset) == (170, 30, 200)
     assert lost_metric(restarted) == {"0": 30.0}
