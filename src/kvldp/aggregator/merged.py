@@ -26,6 +26,8 @@ from kvldp.aggregator.statetopic import StateFollower, decode
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
+from kvldp.kafka.reachability import Reachability
+from kvldp.kafka.shutdown import STOP_GRACE_S, close_within
 from kvldp.web.security import HttpSecurity
 
 
@@ -47,7 +49,14 @@ class MergedExporter(ServingRole):
             collection, kafka, "exporter", metrics_host, metrics_port, refit_interval, log, security, clock
         )
         self.exporter = Exporter(collection, lambda: self.state, clock=clock)
-        self.follower = StateFollower(collection, self.kafka)
+        self.reachability = Reachability(
+            self.kafka,
+            "exporter",
+            "/metrics serves the estimates of the snapshots so far",
+            log,
+            self.exporter.registry,
+        )
+        self.follower = StateFollower(collection, self.kafka, self.reachability.failed)
         self._refused: set[tuple[int, tuple[int, int]]] = set()
 
     async def run(self, stop: asyncio.Event, ready: Callable[[MergedExporter], None] | None = None) -> None:
@@ -55,19 +64,29 @@ class MergedExporter(ServingRole):
         await ensure_topics(self.kafka, self.collection, state=True, log=self.log)
         self.bound_port = await self.exporter.serve(self.metrics_host, self.metrics_port, self.security)
         follower = self.follower
+        tasks: list[asyncio.Task[None]] = []
         try:
             await follower.start()
-            follow = asyncio.create_task(follower.follow(), name="follow")
+            await self.reachability.start()
+            tasks.append(asyncio.create_task(self.reachability.watch(), name="reachability"))
+            tasks.append(asyncio.create_task(follower.follow(), name="follow"))
             await follower.caught_up(timeout=30.0)
             await self.refresh()
             if ready is not None:
                 ready(self)
-            timer = asyncio.create_task(every(self.refit_interval, self.refresh), name="refit")
+            tasks.append(asyncio.create_task(every(self.refit_interval, self.refresh), name="refit"))
             waiter = asyncio.create_task(stop.wait())
-            await asyncio.wait([follow, timer, waiter], return_when=asyncio.FIRST_COMPLETED)
-            await cancel([follow, timer, waiter])
+            await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
+            await cancel([*tasks, waiter])
         finally:
-            await follower.stop()
+            for task in tasks:
+                task.cancel()
+            deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
+            unclean = await close_within([follower, self.reachability], deadline)
+            if unclean:
+                self.log(
+                    f"stopped without closing {', '.join(unclean)} cleanly (Kafka did not answer in time)"
+                )
             await self.exporter.close()
 
     async def refresh(self) -> None:

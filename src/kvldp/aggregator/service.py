@@ -66,9 +66,13 @@ from kvldp.common.path_checks import writable_directory
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.reachability import PROBE_INTERVAL_S, Reachability, transient
+from kvldp.kafka.shutdown import STOP_GRACE_S, close_within
 from kvldp.web.security import HttpSecurity
 
 ROLES = ("all", "worker")
+#: seconds an informational offset commit may take before it is given up
+COMMIT_TIMEOUT_S = 2.0
 
 
 class Aggregator(ServingRole):
@@ -102,6 +106,10 @@ class Aggregator(ServingRole):
         self.checkpoint_interval = checkpoint_interval
         self.wire = WireFormat(collection)
         self.exporter = Exporter(collection, lambda: self.state, self.lag, clock)
+        service, meanwhile = _AWAY[role]
+        self.reachability = Reachability(self.kafka, service, meanwhile, log, self.exporter.registry)
+        #: the event loop's time by which Kafka work must end, once the service is stopping
+        self._kafka_deadline: float | None = None
         self.snapshots: StateTopic | None = None
         self.follower: StateFollower | None = None
         self._dirty: set[int] = set()
@@ -129,7 +137,7 @@ class Aggregator(ServingRole):
         self._consumer = reports_consumer(self.kafka, self.collection, self.role)
         if self.role == "worker":
             self.snapshots = StateTopic(self.collection, self.kafka)
-            self.follower = StateFollower(self.collection, self.kafka)
+            self.follower = StateFollower(self.collection, self.kafka, self.reachability.failed)
         tasks: list[asyncio.Task[None]] = []
         try:
             await start_or_close(self._dlq, self.kafka)
@@ -143,7 +151,9 @@ class Aggregator(ServingRole):
                 tasks.append(asyncio.create_task(self.follower.follow(), name="follow"))
             await start_or_close(self._consumer, self.kafka)
             self._consumer.subscribe([self.collection.reports_topic], listener=_Rebalance(self))
+            await self.reachability.start()
             tasks += [
+                asyncio.create_task(self.reachability.watch(), name="reachability"),
                 asyncio.create_task(self._consume(), name="consume"),
                 asyncio.create_task(every(self.checkpoint_interval, self.checkpoint), name="checkpoint"),
                 asyncio.create_task(every(self.refit_interval, self._housekeeping), name="refit"),
@@ -154,28 +164,42 @@ class Aggregator(ServingRole):
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait([*tasks, waiter], return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()
+            self._kafka_deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
             await cancel(tasks)  # a task that failed raises here
             self._dirty |= set(self.state.partitions)
             await self.checkpoint()
+            if self.snapshots is not None and self._dirty:
+                self.log(
+                    f"stopping without publishing the latest snapshots of partitions {sorted(self._dirty)}: "
+                    "their next owner reads on from the previous ones (nothing is counted twice)"
+                )
         finally:
-            if self._consumer is not None:
-                await self._consumer.stop()
             for task in tasks:
                 task.cancel()
-            if self.follower is not None:
-                await self.follower.stop()
-            if self.snapshots is not None:
-                await self.snapshots.stop()
-            if self._dlq is not None:
-                await self._dlq.stop()
-            if self.control is not None:
-                await self.control.stop()
+            deadline = self._kafka_deadline or asyncio.get_running_loop().time() + STOP_GRACE_S
+            unclean = await close_within(
+                [self._consumer, self.follower, self.snapshots, self._dlq, self.control, self.reachability],
+                deadline,
+            )
+            if unclean:
+                self.log(
+                    f"stopped without closing {', '.join(unclean)} cleanly (Kafka did not answer in time)"
+                )
             await self.exporter.close()
 
     # ------------------------------------------------------------------ consuming
     async def _consume(self) -> None:
         while True:
-            await self.consume_once()
+            try:
+                await self.consume_once()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                # what was fetched and not folded is fetched again: nothing is skipped
+                self.reachability.failed("reading and dead-lettering reports", exc)
+                for tp in list(self._consumer.assignment() if self._consumer is not None else ()):
+                    self._seek_to_state(tp)
+                await asyncio.sleep(PROBE_INTERVAL_S)
 
     async def consume_once(self) -> None:
         """One fetch and what comes of it: folds, dead letters, judged surprises (the
@@ -378,27 +402,53 @@ class Aggregator(ServingRole):
                 if self.store is not None:
                     await asyncio.to_thread(self.store.save, self.state.to_bytes())
                 if self.snapshots is not None:
-                    await self.snapshots.publish({p: self.state.partition(p) for p in changed})
+                    if not self.reachability.up:  # no replica can acknowledge it: keep it for later
+                        self._dirty |= changed
+                        return
+                    async with asyncio.timeout_at(self._kafka_deadline):
+                        await self.snapshots.publish({p: self.state.partition(p) for p in changed})
+            except Exception as exc:
+                self._dirty |= changed
+                if not transient(exc):
+                    raise
+                self.reachability.failed(f"publishing snapshots to {self.collection.state_topic}", exc)
+                return
             except BaseException:
                 self._dirty |= changed
                 raise
             if self.store is not None or self.snapshots is not None:
                 self.exporter.checkpointed(time.perf_counter() - started)
-            consumer = self._consumer
-            if consumer is not None:
-                topic = self.collection.reports_topic
-                mine = {
-                    TopicPartition(topic, p): o
-                    for p, o in offsets.items()
-                    if TopicPartition(topic, p) in consumer.assignment() and o > 0
-                }
-                if mine:
-                    with contextlib.suppress(CommitFailedError, KafkaError):
-                        await consumer.commit(mine)
+            await self._commit(offsets)
+
+    async def _commit(self, offsets: dict[int, int]) -> None:
+        """Commit saved offsets of the partitions still assigned, for lag dashboards: skipped
+        while the cluster is unreachable, and given up after :data:`COMMIT_TIMEOUT_S`."""
+        consumer = self._consumer
+        if consumer is None or not self.reachability.up:
+            return
+        topic = self.collection.reports_topic
+        mine = {
+            TopicPartition(topic, p): o
+            for p, o in offsets.items()
+            if TopicPartition(topic, p) in consumer.assignment() and o > 0
+        }
+        if mine:
+            limit = asyncio.get_running_loop().time() + COMMIT_TIMEOUT_S
+            if self._kafka_deadline is not None:
+                limit = min(limit, self._kafka_deadline)
+            with contextlib.suppress(CommitFailedError, KafkaError, TimeoutError):
+                async with asyncio.timeout_at(limit):
+                    await consumer.commit(mine)
 
     async def _housekeeping(self) -> None:
-        await self._check_topics()
-        await self.check_resets()
+        if self.reachability.up:
+            try:
+                await self._check_topics()
+                await self.check_resets()
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                self.reachability.failed("checking the topics and their offsets", exc)
         self.compact()
         if self.role == "all":
             await self.exporter.refresh(self.state)
@@ -475,6 +525,13 @@ class Aggregator(ServingRole):
                     f"the snapshot of partition {tp.partition} in {self.collection.state_topic} "
                     f"is not this collection's: {exc}"
                 )
+
+
+#: how each role names itself, and what it does while Kafka does not answer
+_AWAY = {
+    "all": ("aggregator", "folding resumes when it answers; /metrics serves the estimates so far"),
+    "worker": ("worker", "folding and snapshots resume when it answers"),
+}
 
 
 async def _committed(consumer: AIOKafkaConsumer, tp: TopicPartition) -> int:

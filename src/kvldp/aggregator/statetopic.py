@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -33,6 +33,7 @@ from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, Partitio
 from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.reachability import PROBE_INTERVAL_S, transient
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -148,8 +149,15 @@ class StateFollower:
     """Reads the state topic from the beginning and then keeps following it (outside any
     consumer group), so a rebalance only reads what is new, not the topic's history."""
 
-    def __init__(self, collection: Collection, kafka: KafkaConfig | str) -> None:
+    def __init__(
+        self,
+        collection: Collection,
+        kafka: KafkaConfig | str,
+        failed: Callable[[str, BaseException], None] | None = None,
+    ) -> None:
         self.topic = collection.state_topic
+        #: told of a fetch that failed for a transient reason (and is tried again)
+        self.failed = failed
         self.snapshots = Snapshots()
         #: input partitions whose snapshot changed since the owner last cleared this set
         self.changed: set[int] = set()
@@ -173,9 +181,18 @@ class StateFollower:
         await self._consumer.stop()
 
     async def follow(self) -> None:
-        """Fetch forever (run as a task); the only reader of the consumer."""
+        """Fetch forever (run as a task); the only reader of the consumer. A fetch that
+        fails for a transient reason (the cluster away) is tried again a second later."""
         while True:
-            fetched = await self._consumer.getmany(timeout_ms=200, max_records=1000)
+            try:
+                fetched = await self._consumer.getmany(timeout_ms=200, max_records=1000)
+            except Exception as exc:
+                if not transient(exc):
+                    raise
+                if self.failed is not None:
+                    self.failed(f"reading {self.topic}", exc)
+                await asyncio.sleep(PROBE_INTERVAL_S)
+                continue
             for records in fetched.values():
                 self.changed |= self.snapshots.take(records)
             self._fetched.set()

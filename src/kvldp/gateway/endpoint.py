@@ -4,7 +4,10 @@ HTTP server, from start to a clean stop.
 :meth:`Gateway.run` connects the producer, starts serving, reports the bound port, and on
 the stop event (SIGTERM or Ctrl-C from the command line) stops accepting connections,
 lets requests in flight finish (up to the produce timeout and a second), delivers what the
-producer still holds and returns. With :attr:`GatewaySettings.metrics_address`,
+producer still holds (for at most :data:`~kvldp.kafka.shutdown.STOP_GRACE_S`: a record
+Kafka did not take by then was answered 503, and its device sends it again) and returns.
+While it runs, :class:`~kvldp.kafka.reachability.Reachability` says in one line when
+Kafka stops answering and when it answers again (``kvldp_kafka_reachable``). With :attr:`GatewaySettings.metrics_address`,
 ``/metrics`` has a listener of its own (a scraper's private address) and the devices'
 listener answers 404 for it.
 """
@@ -12,6 +15,7 @@ listener answers 404 for it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -25,9 +29,13 @@ from kvldp.gateway.routes import Routes, measured
 from kvldp.gateway.tokens import TokenVerifier
 from kvldp.gateway.validation import BodyCheck
 from kvldp.kafka.client_config import KafkaConfig
+from kvldp.kafka.reachability import Reachability
+from kvldp.kafka.shutdown import STOP_GRACE_S, close_within
 from kvldp.web.limits import Limits
 from kvldp.web.security import HttpSecurity
 from kvldp.web.server import WebServer
+
+_LOGGER = logging.getLogger("kvldp.gateway")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,7 @@ class Gateway:
         port: int,
         settings: GatewaySettings | None = None,
         security: HttpSecurity | None = None,
+        log: Callable[[str], None] = _LOGGER.warning,
     ) -> None:
         names = [c.name for c in collections]
         if not names:
@@ -77,6 +86,10 @@ class Gateway:
         max_body = max(check.max_bytes for check in self.checks.values())
         self.metrics = GatewayMetrics(self.checks)
         self.forwarder = Forwarder(kafka, self.settings.produce_timeout, max_body)
+        self.log = log
+        self.reachability = Reachability(
+            kafka, "gateway", "reports are answered 503 until it answers", log, self.metrics.registry
+        )
         s = self.settings
         self.limiter = RateLimiter(s.device_rate, s.device_burst, s.max_devices)
         self.routes = Routes(self.checks, verifier, self.limiter, self.forwarder, self.metrics)
@@ -107,7 +120,10 @@ class Gateway:
     async def run(self, stop: asyncio.Event, ready: Callable[[Gateway], None] | None = None) -> None:
         """Serve until ``stop`` is set, then drain and close (see the module docstring)."""
         await self.forwarder.start()
+        watch: asyncio.Task[None] | None = None
         try:
+            await self.reachability.start()
+            watch = asyncio.create_task(self.reachability.watch(), name="reachability")
             if self.metrics_server is not None and self.settings.metrics_address is not None:
                 self.metrics_port = await self.metrics_server.start(*self.settings.metrics_address)
             self.bound_port = await self.server.start(self.host, self.port)
@@ -122,4 +138,11 @@ class Gateway:
                 if self.metrics_server is not None:
                     await self.metrics_server.close()
             finally:
-                await self.forwarder.stop()
+                if watch is not None:
+                    watch.cancel()
+                deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
+                unclean = await close_within([self.forwarder, self.reachability], deadline)
+                if unclean:
+                    self.log(
+                        f"stopped without closing {', '.join(unclean)} cleanly (Kafka did not answer in time)"
+                    )

@@ -6,7 +6,9 @@ through :mod:`~kvldp.kafka.properties_file`, which reads the file by Java's rule
 :mod:`~kvldp.kafka.client_start` starts a client and says in one line why it could not;
 :mod:`~kvldp.kafka.main_loop` runs a command's Kafka work until Ctrl-C;
 :mod:`~kvldp.kafka.command_line` holds ``--kafka-config``, ``-X`` and
-``--bootstrap-servers``. The device SDK, the aggregator and the tools all reach Kafka
-through this package; it imports only :mod:`kvldp.common` besides aiokafka and
-javaproperties.
+``--bootstrap-servers``. A running service watches its cluster with
+:mod:`~kvldp.kafka.reachability` and closes its clients within its grace period with
+:mod:`~kvldp.kafka.shutdown`. The device SDK, the aggregator and the tools all reach Kafka
+through this package; it imports only :mod:`kvldp.common` besides aiokafka,
+javaproperties and (for the services' reachability metrics) prometheus-client.
 """
