@@ -127,7 +127,7 @@ def _variable(name: str, query: str, multi: bool) -> dict[str, Any]:
 
 def _gateway_panels(y: int) -> list[dict[str, Any]]:
     """The ingestion gateway's row (``kvldp gateway``, docs/gateway.md): requests, latency,
-    bytes and produce errors per collection."""
+    bytes and produce errors per collection; then every service's view of Kafka."""
     return [
         _panel(
             22,
@@ -195,6 +195,17 @@ def _gateway_panels(y: int) -> list[dict[str, Any]]:
             "(kvldp_gateway_produce_errors_total); the alert KvldpGatewayProduceErrors fires when "
             "they last.",
             "reqps",
+        ),
+        _panel(
+            26,
+            "Kafka reachable, by service",
+            "timeseries",
+            (0, y + 15, 24, 6),
+            [_target("min by (job, instance) (kvldp_kafka_reachable)", "{{job}} {{instance}}", "A")],
+            "1 while a broker of the Kafka cluster answers the service (aggregator, worker, exporter, "
+            "gateway), 0 once none has for 3 s (kvldp_kafka_reachable; docs/reliability.md, When "
+            "Kafka goes away); the alert KvldpKafkaUnreachable fires after a minute at 0.",
+            "short",
         ),
     ]
 

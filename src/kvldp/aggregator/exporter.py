@@ -52,7 +52,10 @@ Metric names and labels are a contract:
   the tests use whatever estimators the collection configures;
   :mod:`kvldp.common.poisoning`, docs/detection.md;
 * ``kvldp_refit_duration_seconds{collection}`` (histogram),
-  ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``.
+  ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``;
+* the service's view of its Kafka cluster, registered here by the aggregator and the
+  exporter (:mod:`kvldp.kafka.reachability`): ``kvldp_kafka_reachable`` (1 or 0),
+  ``kvldp_kafka_outages_total``, ``kvldp_kafka_last_contact_timestamp_seconds``.
 
 Estimates come from a custom collector reading one immutable :class:`Snapshot` that
 the refit task swaps by reference (no stale label sets, no torn reads). Undefined

@@ -8,7 +8,10 @@
 * ``kvldp_gateway_request_bytes_total{collection}`` — report body bytes received;
 * ``kvldp_gateway_produce_errors_total{collection}`` — bodies Kafka did not acknowledge
   in time (answered 503);
-* ``kvldp_gateway_reports_total{collection}`` — reports accepted (answered 202).
+* ``kvldp_gateway_reports_total{collection}`` — reports accepted (answered 202);
+* ``kvldp_kafka_reachable``, ``kvldp_kafka_outages_total`` and
+  ``kvldp_kafka_last_contact_timestamp_seconds`` — the gateway's view of its Kafka
+  cluster, registered here by :class:`kvldp.kafka.reachability.Reachability`.
 
 No label ever carries a device id, a token or a key. Each collection's series start at 0
 when the gateway starts, so a rate of produce errors is 0, not missing, until one occurs.
