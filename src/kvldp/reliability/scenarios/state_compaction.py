@@ -98,7 +98,7 @@ async def state_compaction(
         )
     )
     actions = []
-    #: (records written, records left) in the state topic before each action
+    # (records written, records left) in the state topic before each action
     during: list[tuple[int, int]] = []
     for step in range(cycles):
         share = half * (step + 1) // (cycles + 1)
@@ -133,6 +133,11 @@ async def state_compaction(
         snapshots.reports_total == first_half, f"snapshots hold {snapshots.reports_total} = {first_half}"
     )
     await _delete_before(cluster, collection, offsets)
+    starts = {p: start for p, (start, _) in (await log_bounds(bootstrap, collection.reports_topic)).items()}
+    out.check(
+        all(starts[p] == o for p, o in offsets.items()),
+        f"the reports below the snapshots deleted: log starts {starts}, snapshots at {offsets}",
+    )
     # 4. a worker that joins now restores every partition from the compacted topic
     late = await pool.add()
     out.check(
