@@ -8,15 +8,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from kvldp.aggregator.statetopic import Snapshots, decode, encode
+from kvldp.aggregator.statetopic import Snapshots, StateFollower, StateTopic, decode, encode
+from kvldp.aggregator.topics import STATE_TOPIC_CONFIG
+from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.producer.collector import Collector
+from kvldp.reliability.cluster import count_records
 from kvldp.sim import simulate
 
 from support.pipeline import oracle, scrape, start, unique_collection, wait_for
@@ -91,6 +95,40 @@ class FakeRecord:
         self.value = value
         self.timestamp = ts
         self.headers = [("resets", str(resets).encode()), ("next_offset", str(offset).encode())]
+
+
+@pytest.mark.asyncio
+async def test_a_follower_reads_every_partition_of_a_state_topic_on_apache_kafka(
+    apache_kafka: ApacheKafka,
+) -> None:
+    """kvldp creates the state topic with one partition; one an operator made with more is
+    read whole, on Apache Kafka too, where a consumer starts knowing no topic at all."""
+    bootstrap = apache_kafka.bootstrap_servers
+    collection = unique_collection("kvue", 3, partitions=8)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(collection.state_topic, 3, 1, topic_configs=STATE_TOPIC_CONFIG)])
+    finally:
+        await admin.close()
+    publisher = StateTopic(collection, bootstrap)
+    await publisher.start()
+    try:
+        await publisher.publish({p: AggregatorState(collection).partition(p) for p in range(8)})
+    finally:
+        await publisher.stop()
+    held = await count_records(bootstrap, collection.state_topic)
+    assert sum(held.values()) == 8 and held[0] < 8, held  # some snapshots beyond partition 0
+    follower = StateFollower(collection, bootstrap)
+    await follower.start()
+    task = asyncio.create_task(follower.follow())
+    try:
+        assert await follower.caught_up(timeout=30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await follower.stop()
+    assert sorted(follower.snapshots) == list(range(8))
 
 
 def test_the_current_snapshot_is_the_greatest_epoch_then_offset_never_the_last_written() -> None:

@@ -521,12 +521,23 @@ class ApacheKafka:
     def restart(self, node_id: int, timeout: float = 60.0) -> None:
         """Start a killed node again on its ports and storage, and wait until the cluster,
         that node included, accepts writes again."""
+        self.relaunch(node_id)
+        self.wait_rejoined(node_id, timeout)
+
+    def relaunch(self, node_id: int) -> None:
+        """Start a killed node again on its ports and storage without waiting for it: the
+        first half of :meth:`restart`, for callers that wait in another thread (the node's
+        parent-death signal follows the thread that launches it)."""
         node = self._node(node_id)
         if node.alive():
             raise BrokerError(f"Kafka node {node_id} is still running: kill it first")
-        deadline = time.monotonic() + timeout
         self._launch(node)
-        self._wait_listening(node, deadline)
+
+    def wait_rejoined(self, node_id: int, timeout: float = 60.0) -> None:
+        """Wait until a relaunched node listens and the cluster, that node included,
+        accepts writes again: the second half of :meth:`restart`."""
+        deadline = time.monotonic() + timeout
+        self._wait_listening(self._node(node_id), deadline)
         self._wait_ready(deadline)
 
     def _node(self, node_id: int) -> KafkaNode:
