@@ -16,8 +16,12 @@ Which snapshot is current. Every snapshot carries its epoch (``resets``) and
 ``next_offset`` as record headers, and readers keep, per partition, the one with the
 greatest ``(epoch, next_offset)`` — the newest on ties. Every snapshot is the fold of a
 prefix of the same partition, so this is always a consistent state, and a stalled
-"zombie" worker that publishes late cannot move the partition backwards. Readers read
-every record, so they are also correct on brokers that do not compact (Tansu).
+"zombie" worker that publishes late cannot move a running reader's partition backwards.
+Compaction keeps the last snapshot *written* per key, though: until the partition's owner
+publishes again, a zombie's late snapshot may be the only one left, and the next owner
+then reads on from its older offset — exact all the same (a consistent prefix), as long
+as the topic's retention still holds the records after it. Readers read every record, so
+they are also correct on brokers that do not compact (Tansu).
 """
 
 from __future__ import annotations
