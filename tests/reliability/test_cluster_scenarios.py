@@ -1,8 +1,10 @@
 """The reliability scenarios that take nodes of a real three-node Apache Kafka cluster
 down (``make kafka``'s jars), at the fast scale in ``make test``: the leader of the
 reports partitions SIGKILLed and restarted while workers fold, and the state topic
-compacted while workers come and go. Both share one cluster, which each leaves whole;
-their full scale runs in ``tests/reliability/test_scenarios.py`` (``-m full``)."""
+compacted while workers come and go. Both share one cluster, which each leaves whole, in
+one xdist worker (``make test`` distributes by group: three more JVMs per worker would
+cost more than the two tests take); their full scale runs in
+``tests/reliability/test_scenarios.py`` (``-m full``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from kvldp.reliability.scenarios import SCALES
 from kvldp.reliability.scenarios.leader_failover import leader_failover
 from kvldp.reliability.scenarios.state_compaction import state_compaction
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.xdist_group("three-node-cluster")]
 
 
 @pytest.fixture(scope="module")
