@@ -25,7 +25,7 @@ from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.reliability.oracle import replay_oracle
 from kvldp.reliability.processes import AggregatorProcess, total
 from kvldp.reliability.scenarios.fresh_collection import make_collection
-from kvldp.reliability.scenarios.waits import checkpointed_after, has_folded, until
+from kvldp.reliability.scenarios.waits import checkpointed_after, folded, has_folded, until
 from kvldp.reliability.traffic import publish, report_batches
 
 REPORTS = 40_000
@@ -54,6 +54,7 @@ async def test_a_crashed_apache_kafka_node_keeps_every_report_folded_once(tmp_pa
             assert await until(partial(checkpointed_after, first, mark), 30), "no checkpoint"
             # acknowledged, and the node dies while the aggregator reads them
             await publish(bootstrap, collection.reports_topic, segments[1])
+            figures["folded_at_kill"] = await folded(first)
             cluster.kill(1)
             down = time.monotonic()
             assert first.alive(), first.log_tail()

@@ -179,13 +179,13 @@ class KafkaTls:
         """The SSL listener's PEM keystore, inline: the certificate chain and the key as
         PKCS#8 (the only form Kafka's PEM keystore reads)."""
         for what, path in (("certificate", self.cert), ("private key", self.key)):
-            if not Path(path).is_file():
+            if not path.is_file():
                 raise BrokerError(f"the TLS {what} {path} does not exist (or is not a file)")
-        chain = Path(self.cert).read_text(encoding="ascii", errors="replace")
+        chain = self.cert.read_text(encoding="ascii", errors="replace")
         if "-----BEGIN CERTIFICATE-----" not in chain:
             raise BrokerError(f"the TLS certificate {self.cert} holds no PEM certificate")
         try:
-            key = serialization.load_pem_private_key(Path(self.key).read_bytes(), password=None)
+            key = serialization.load_pem_private_key(self.key.read_bytes(), password=None)
         except (ValueError, TypeError) as exc:
             raise BrokerError(
                 f"the TLS private key {self.key} is no unencrypted PEM private key: {exc}"
