@@ -8,11 +8,12 @@ only user at first is ``device``, a credential a device could have been given. T
 script, with ``kafka-configs.sh`` and ``kafka-acls.sh`` thin wrappers of the fetched jars
 and the broker's ``KVLDP_COLLECTIONS``, creates the users of deploy/kafka-clients and
 grants their ACLs over the admin listener; its health check fails before and passes
-after. Then, each client file pointed at this node's SASL listener: the aggregators of
-the stack (``demo`` in role all, ``checkout``'s worker and exporter) create their topics,
-fold what the ingestion principal writes, write dead letters and hand state over; the
-device's, the aggregators' and any principal but the ingestion one's writes to a reports
-topic are refused with kvldp's one line.
+after, and a restart grants the same ACLs again. Then, each client file pointed at this
+node's SASL listener: the stack's aggregators (``demo`` in role all, ``checkout``'s worker
+and exporter) create their topics, fold what the gateway and a simulated fleet write as
+the ingestion principal, write dead letters and hand state over; writes to a reports
+topic as the device or as the aggregators are refused with kvldp's one line, and the
+ingestion principal writes nothing but the reports topics.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -34,9 +36,12 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaSecurity, ScramUser
+from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection
+from kvldp.gateway.signing import load_private_key, sign_token
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
 from kvldp.kafka.client_start import KafkaStartError, start_or_close
+from kvldp.producer.collector import Collector
 from kvldp.reliability.processes import AggregatorProcess, total
 
 from support import run, run_kvldp
@@ -54,11 +59,14 @@ from support.deploy import (
     deploy_settings,
     option,
 )
+from support.gateway_process import GatewayProcess
 from support.pipeline import eventually
 
-pytestmark = pytest.mark.skipif(not Path("/bin/bash").exists(), reason="no bash")
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 
 DEVICE = ScramUser("device", "device-secret")
+AUDIENCE = "kvldp-gateway"  # the stack's gateway's --audience
+DEVICES = 20
 #: the tools kafka-start.sh runs, by the Java main class each of Kafka's scripts runs
 TOOLS = {
     "kafka-configs.sh": "kafka.admin.ConfigCommand",
@@ -90,7 +98,8 @@ class Stack:
         try:
 
             async def done() -> bool:
-                return "ACLs granted" in log.read_text() or "failed" in log.read_text()
+                said = log.read_text()
+                return "ACLs granted" in said or "failed" in said or script.poll() is not None
 
             asyncio.run(eventually(done, 120, "deploy's start script to grant the ACLs"))
         finally:
@@ -114,8 +123,7 @@ class Stack:
         return path
 
     def config(self, role: str) -> KafkaConfig:
-        if role == DEVICE.name:
-            return kafka_config(self.kafka.client_properties(DEVICE.name))
+        """kvldp's settings from :meth:`client_file`."""
         return kafka_config(javaproperties.loads(self.client_file(role).read_text()))
 
 
@@ -301,38 +309,59 @@ def device_file(stack: Stack) -> Path:
 
 
 @pytest.mark.asyncio
-async def test_the_stacks_aggregators_run_as_their_principal(stack: Stack) -> None:
-    """``demo``'s aggregator (role all) and ``checkout``'s worker and exporter, logged in
-    with the aggregator principal's file, create their topics; the ingestion principal's
-    writes reach them; a bad record goes to the dead letters, which the aggregator wrote;
+async def test_the_stacks_services_run_as_their_principals(stack: Stack) -> None:
+    """As in the stack: ``demo``'s aggregator (role all) and ``checkout``'s worker and
+    exporter log in with the aggregator principal's file and create their topics; the
+    gateway, serving both collections, and checkout's simulated fleet log in with the
+    ingestion principal's. Devices' reports through the gateway and the fleet's reach the
+    aggregators; a malformed record goes to the dead letters, which the aggregator wrote;
     the worker hands its state over to the exporter through the state topic."""
-    env = {"KVLDP_KAFKA_CONFIG": str(stack.client_file("aggregator"))}
+    assert option(SERVICES["gateway"], "audience") == AUDIENCE
     bootstrap = stack.kafka.sasl_bootstrap_servers
-    collections = DEPLOY / "collections"
     logs = stack.directory / "logs"
+    as_aggregator = {"KVLDP_KAFKA_CONFIG": str(stack.client_file("aggregator"))}
+    demo_file, checkout_file = (DEPLOY / "collections" / f"{name}.toml" for name in ("demo", "checkout"))
     demo = AggregatorProcess(
-        collections / "demo.toml", bootstrap, logs, "demo", state_dir=stack.directory / "state", env=env
+        demo_file, bootstrap, logs, "demo", state_dir=stack.directory / "state", env=as_aggregator
     )
-    worker = AggregatorProcess(
-        collections / "checkout.toml", bootstrap, logs, "worker", role="worker", env=env
-    )
+    worker = AggregatorProcess(checkout_file, bootstrap, logs, "worker", role="worker", env=as_aggregator)
     exporter = AggregatorProcess(
-        collections / "checkout.toml", bootstrap, logs, "exporter", role="exporter", env=env
+        checkout_file, bootstrap, logs, "exporter", role="exporter", env=as_aggregator
     )
-    processes = (demo, worker, exporter)
+    keygen = run_kvldp("devices", "keygen", "--out", str(stack.directory / "keys"))
+    assert keygen.returncode == 0, keygen.stderr
+    key, kid = load_private_key(stack.directory / "keys" / "private.pem")
+    gateway = GatewayProcess(
+        [demo_file, checkout_file],
+        stack.directory / "keys" / "jwks.json",
+        AUDIENCE,
+        bootstrap,
+        logs,
+        ["--kafka-config", str(stack.client_file("ingest"))],
+    )
+    aggregators = (demo, worker, exporter)
     try:
-        for process in processes:
+        for process in aggregators:
             process.start()
-        await asyncio.gather(*(process.ready() for process in processes))
-        produced = await asyncio.gather(
-            *(asyncio.to_thread(produce, stack, "ingest", c) for c in ("demo", "checkout"))
+        await asyncio.gather(*(process.ready() for process in aggregators))
+        url = await gateway.start()
+        collection = load_collection(demo_file)
+        names = [f"till-{i}" for i in range(DEVICES)]
+        sent, fleet = await asyncio.gather(
+            asyncio.gather(
+                *(
+                    one_device(collection, url, name, sign_token(key, kid, name, AUDIENCE, 600), i)
+                    for i, name in enumerate(names)
+                )
+            ),
+            asyncio.to_thread(produce, stack, "ingest", "checkout"),
         )
-        for done in produced:
-            assert done.returncode == 0, done.stderr
+        assert sent == [1] * DEVICES
+        assert fleet.returncode == 0, fleet.stderr
         ingest = AIOKafkaProducer(**stack.config("ingest").client_options("kvldp-test"), acks="all")
         await start_or_close(ingest, stack.config("ingest"))
         try:
-            await ingest.send_and_wait("kvldp.demo.reports", b"not a report", key=b"till-7")
+            await ingest.send_and_wait(collection.reports_topic, b"not a report", key=b"till-x")
         finally:
             await ingest.stop()
 
@@ -341,18 +370,29 @@ async def test_the_stacks_aggregators_run_as_their_principal(stack: Stack) -> No
                 asyncio.to_thread(demo.samples), asyncio.to_thread(exporter.samples)
             )
             return (
-                total(demo_samples, "kvldp_reports_total") >= USERS
+                total(demo_samples, "kvldp_reports_total") >= DEVICES
                 and total(demo_samples, "kvldp_reports_rejected_total") >= 1
                 and total(exported, "kvldp_reports_total") >= USERS
             )
 
         await eventually(folded, 90, "demo's aggregator and checkout's exporter to fold the reports")
-        assert await dead_letters(stack.config("aggregator"), "kvldp.demo.dlq") >= 1
-        for process in processes:
+        assert total(demo.samples(), "kvldp_reports_total") == DEVICES
+        assert await dead_letters(stack.config("aggregator"), collection.dlq_topic) == 1
+        assert gateway.stop() == 0, gateway.log_tail()
+        for process in aggregators:
             assert process.stop() == 0, process.log_tail()
     finally:
-        for process in processes:
+        gateway.kill()
+        for process in aggregators:
             process.kill()
+
+
+async def one_device(collection: Collection, url: str, name: str, token: str, index: int) -> int:
+    """One device reporting through the gateway; the reports its collector sent."""
+    async with Collector(collection, endpoint=url, token=token, device_id=name) as collector:
+        await collector.report({collection.keys[index % collection.d]: float(index % 11)})
+        await collector.flush()
+        return collector.sent_reports
 
 
 async def dead_letters(settings: KafkaConfig, topic: str) -> int:
