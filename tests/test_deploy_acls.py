@@ -10,7 +10,7 @@ and the broker's ``KVLDP_COLLECTIONS``, creates the users of deploy/kafka-client
 grants their ACLs over the admin listener; its health check fails before and passes
 after, and a restart grants the same ACLs again. Then, each client file pointed at this
 node's SASL listener: the stack's aggregators (``demo`` in role all, ``checkout``'s worker
-and exporter) create their topics, fold what the gateway and a simulated fleet write as
+and exporter) create their topics with their collections' settings, fold what the gateway and a simulated fleet write as
 the ingestion principal, write dead letters and hand state over; writes to a reports
 topic as the device or as the aggregators are refused with kvldp's one line, and the
 ingestion principal writes nothing but the reports topics.
@@ -34,7 +34,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from kvldp.aggregator.topics import ensure_topics
+from kvldp.aggregator.topics import ensure_topics, wanted_topics
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaSecurity, ScramUser
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection
@@ -378,6 +378,7 @@ async def test_the_stacks_services_run_as_their_principals(stack: Stack) -> None
         await eventually(folded, 90, "demo's aggregator and checkout's exporter to fold the reports")
         assert total(demo.samples(), "kvldp_reports_total") == DEVICES
         assert await dead_letters(stack.config("aggregator"), collection.dlq_topic) == 1
+        await topics_have_their_collections_settings(stack, {demo_file: False, checkout_file: True})
         assert gateway.stop() == 0, gateway.log_tail()
         for process in aggregators:
             assert process.stop() == 0, process.log_tail()
@@ -385,6 +386,36 @@ async def test_the_stacks_services_run_as_their_principals(stack: Stack) -> None
         gateway.kill()
         for process in aggregators:
             process.kill()
+
+
+async def topics_have_their_collections_settings(stack: Stack, files: dict[Path, bool]) -> None:
+    """The topics the aggregator principal created (with a state topic where ``files``
+    says so) have their collection's partitions and topic settings, as the broker
+    describes them."""
+    described = await asyncio.to_thread(
+        stack.kafka.run_tool,
+        "kafka.admin.ConfigCommand",
+        ["--bootstrap-server", stack.kafka.bootstrap_servers, "--describe", "--entity-type", "topics"],
+    )
+    # "Dynamic configs for topic NAME are:", then "  KEY=VALUE sensitive=... synonyms=..."
+    configs: dict[str, dict[str, str]] = {}
+    for line in described.splitlines():
+        if line.startswith("Dynamic configs for topic "):
+            topic = configs.setdefault(line.split()[4], {})
+        elif line.startswith("  "):
+            key, _, value = line.split(" sensitive=", 1)[0].strip().partition("=")
+            topic[key] = value
+    settings = stack.config("aggregator")
+    admin = AIOKafkaAdminClient(**settings.client_options("kvldp-test"))
+    await start_or_close(admin, settings)
+    try:
+        partitions = {t["topic"]: len(t["partitions"]) for t in await admin.describe_topics()}
+    finally:
+        await admin.close()
+    for path, state in files.items():
+        for wanted in wanted_topics(load_collection(path), state):
+            assert configs[wanted.name] == wanted.topic_configs, wanted.name
+            assert partitions[wanted.name] == wanted.num_partitions, wanted.name
 
 
 async def one_device(collection: Collection, url: str, name: str, token: str, index: int) -> int:
