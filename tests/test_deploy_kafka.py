@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kvldp.broker.apache_kafka import ADMIN_PRINCIPAL, AUTHORIZER
+from kvldp.broker.kafka_install import KAFKA_VERSION
 from kvldp.common.collection_file import load_collection
 from kvldp.kafka.client_config import KNOWN_KEYS
 
@@ -247,3 +248,10 @@ def test_collections_write_out_their_replication() -> None:
             <= brokers
         )
         assert "replication_factor = 3" in path.read_text(), f"{path}: say what production uses"
+
+
+def test_the_stack_pulls_the_kafka_the_tests_run() -> None:
+    """The compose broker's image is the Apache Kafka release ``make kafka`` fetches, so
+    the settings and scripts exercised here are those of the version users pull."""
+    image = COMPOSE["services"]["kafka"]["image"]
+    assert image == f"apache/kafka:{KAFKA_VERSION}", image
