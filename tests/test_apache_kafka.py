@@ -20,6 +20,7 @@ import psutil
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.helpers import create_ssl_context
 
 from kvldp.broker import apache_kafka as apache_kafka_module
 from kvldp.broker.apache_kafka import ApacheKafka
@@ -28,6 +29,7 @@ from kvldp.broker.kafka_install import KAFKA_VERSION, LIBS_ENV, MAIN_JAR
 from kvldp.cli import main
 
 from support.package import REPO
+from support.tls import TlsFiles
 
 #: how long the command may take to start a cluster (a 3-node one takes about 15 s)
 #: the namespace of a Maven project file
@@ -70,7 +72,7 @@ def test_missing_java_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     ("argv", "message"),
     [
         (["--nodes", "3"], "--nodes is for Apache Kafka: add --apache"),
-        (["--apache", "--tls-key", __file__], "serves plain TCP: drop --tls-cert and --tls-key"),
+        (["--apache", "--tls-key", __file__], "--tls-cert and --tls-key go together"),
     ],
 )
 def test_broker_flags_that_do_not_go_together(
@@ -162,6 +164,8 @@ class BrokerCommand:
             stderr=subprocess.PIPE,
             text=True,
         )
+        #: the security line the command printed after the address ("" for plain TCP)
+        self.protocol = ""
 
     async def line(self, timeout: float, stream: str = "stdout") -> str:
         pipe = self.proc.stdout if stream == "stdout" else self.proc.stderr
@@ -177,9 +181,14 @@ class BrokerCommand:
         first = await self.line(START_TIMEOUT_S)
         assert first.startswith("bootstrap=127.0.0.1:"), (first, self.proc.poll())
         pids: dict[int, int] = {}
-        while (line := await self.line(5)).startswith("node="):
+        line = await self.line(5)
+        self.protocol = line.strip() if line.startswith("security.protocol=") else ""
+        if self.protocol:
+            line = await self.line(5)
+        while line.startswith("node="):
             node, pid = re.fullmatch(r"node=(\d+) pid=(\d+)\n", line).groups()  # type: ignore[union-attr]
             pids[int(node)] = int(pid)
+            line = await self.line(5)
         assert line.startswith(f"ready: {len(pids)} node(s) accept writes, started in "), line
         return first.strip().split("=", 1)[1], pids
 
@@ -215,6 +224,37 @@ async def test_the_command_prints_its_address_and_node_accepts_writes_and_stops_
         assert list(pids) == [1] and bootstrap.count(",") == 0
         await produce(bootstrap, "kvldp.test.cli", b"hello")
         assert await consume_all(bootstrap, "kvldp.test.cli", 1) == [b"hello"]
+        assert await command.terminate() == 0
+        assert gone(list(pids.values()))
+    finally:
+        command.close()
+
+
+@pytest.mark.asyncio
+async def test_the_command_serves_tls_with_a_certificate(tls_files: TlsFiles) -> None:
+    """With ``--tls-cert`` and ``--tls-key`` the address printed is every node's SSL
+    listener: a client trusting the certificate's CA writes and reads there."""
+    command = BrokerCommand(
+        "--tls-cert", str(tls_files.server_cert_pem), "--tls-key", str(tls_files.server_key_pem)
+    )
+    try:
+        bootstrap, pids = await command.started()
+        assert command.protocol.startswith("security.protocol=SSL") and list(pids) == [1]
+        tls = {"security_protocol": "SSL", "ssl_context": create_ssl_context(cafile=str(tls_files.ca_pem))}
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **tls)
+        await producer.start()
+        try:
+            await producer.send_and_wait("kvldp.test.tls", b"sealed")
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(
+            "kvldp.test.tls", bootstrap_servers=bootstrap, auto_offset_reset="earliest", **tls
+        )
+        await consumer.start()
+        try:
+            assert (await asyncio.wait_for(consumer.getone(), 30)).value == b"sealed"
+        finally:
+            await consumer.stop()
         assert await command.terminate() == 0
         assert gone(list(pids.values()))
     finally:

@@ -7,6 +7,7 @@ import argparse
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import NoReturn
 
 from kvldp.broker.tansu import EmbeddedBroker
@@ -26,7 +27,8 @@ def register(sub: Subparsers) -> None:
         "--tls-cert",
         metavar="PEM",
         type=FileToRead,
-        help="serve TLS on --port with this certificate (a stunnel4 proxy in front of the broker)",
+        help="serve TLS on --port with this certificate (a stunnel4 proxy in front of the broker); "
+        "with --apache, an SSL listener of every node, on free ports, printed as bootstrap=",
     )
     p.add_argument("--tls-key", metavar="PEM", type=FileToRead, help="private key of --tls-cert")
     p.add_argument(
@@ -44,9 +46,9 @@ def register(sub: Subparsers) -> None:
 
 def cmd_broker(args: argparse.Namespace) -> int:
     if args.apache:
-        if args.tls_cert or args.tls_key:
-            raise KvldpError("kvldp broker --apache serves plain TCP: drop --tls-cert and --tls-key")
-        return run_apache_kafka(args.nodes or 1, args.port)
+        if bool(args.tls_cert) != bool(args.tls_key):
+            raise KvldpError("--tls-cert and --tls-key go together")
+        return run_apache_kafka(args.nodes or 1, args.port, args.tls_cert, args.tls_key)
     if args.nodes is not None:
         raise KvldpError("--nodes is for Apache Kafka: add --apache")
     return run_broker(args.port, args.tls_cert, args.tls_key)
@@ -87,18 +89,26 @@ def _interrupted(*_: object) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def run_apache_kafka(nodes: int, port: int = 0) -> int:
+def run_apache_kafka(
+    nodes: int, port: int = 0, tls_cert: str | None = None, tls_key: str | None = None
+) -> int:
     """Apache Kafka in the foreground until SIGTERM or Ctrl-C, node 1 on ``port`` (0: a
     free one) and the others on free ports: once the cluster accepts
-    writes, ``bootstrap=...`` (every node's address), then ``node=ID pid=PID`` for each
+    writes, ``bootstrap=...`` (every node's address; with a certificate and key, every
+    node's SSL listener, and a line saying so), then ``node=ID pid=PID`` for each
     node and a line saying it is ready. A node that dies is reported on stderr and the
     others keep running (a failover to try); when none runs, kvldp fails."""
-    from kvldp.broker.apache_kafka import ApacheKafka  # aiokafka and the JVM, only when asked for
+    from kvldp.broker.apache_kafka import ApacheKafka, KafkaTls  # aiokafka and the JVM, only when asked for
 
+    tls = KafkaTls(Path(tls_cert), Path(tls_key)) if tls_cert and tls_key else None
     before = {signum: signal.signal(signum, _interrupted) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with ApacheKafka(nodes, port) as cluster:
-            print(f"bootstrap={cluster.bootstrap_servers}", flush=True)
+        with ApacheKafka(nodes, port, tls=tls) as cluster:
+            if tls is None:
+                print(f"bootstrap={cluster.bootstrap_servers}", flush=True)
+            else:
+                print(f"bootstrap={cluster.tls_bootstrap_servers}", flush=True)
+                print("security.protocol=SSL (set ssl.ca.location to the CA of the certificate)", flush=True)
             for node_id, pid in cluster.pids.items():
                 print(f"node={node_id} pid={pid}", flush=True)
             print(f"ready: {nodes} node(s) accept writes, started in {cluster.started_in_s:.1f}s", flush=True)
