@@ -164,7 +164,7 @@ def test_instantaneous_randomization_charges_every_report_as_an_upper_bound() ->
     assert 12 * bound > 3.0 and state.implausible_devices == 0 and not state.rejected_totals()
     assert state.all_stats().n_reports == 2  # each device still counts once, at its latest report
     (book,) = (s.book for s in state.partitions.values())
-    assert book.pairs.size == 0  # no payload hashes kept: every send differs
+    assert len(book.pairs) == 0  # no payload hashes kept: every send differs
     registry = CollectorRegistry()
     registry.register(SnapshotCollector(c, lambda: state))
     text = generate_latest(registry).decode()

@@ -33,12 +33,13 @@ ledger's, never as an id; a device's reports stay in one partition because the k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator.tag_index import TagIndex
 from kvldp.common.collection import Collection
 from kvldp.common.schema import ReportBatch
 
@@ -111,37 +112,67 @@ class Retraction:
     buckets: I64
 
 
-@dataclass
 class DeviceBook:
-    """Sorted device hashes with what each spent and (memoized) its latest report."""
+    """Per device (a row of :class:`~kvldp.aggregator.tag_index.TagIndex`, in order of
+    arrival): what it was charged and (memoized) its latest report; and the (device,
+    payload) hashes already charged. Every step of :meth:`record` costs in proportion to
+    the fetch, not to the devices held: rows are found by hashing and new devices appended.
+    """
 
-    tags: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
-    charged: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    latest_bucket: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    latest: ReportBatch = field(default_factory=dict)
-    pairs: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    def __init__(
+        self,
+        tags: U64 | None = None,
+        charged: I64 | None = None,
+        latest_bucket: I64 | None = None,
+        latest: ReportBatch | None = None,
+        pairs: U64 | None = None,
+    ) -> None:
+        self.index = TagIndex(tags)
+        self.pairs = TagIndex(pairs)
+        n = len(self.index)
+        self._charged = np.zeros(n, np.int64) if charged is None else np.asarray(charged, np.int64).copy()
+        self._bucket = (
+            np.zeros(n, np.int64) if latest_bucket is None else np.asarray(latest_bucket, np.int64).copy()
+        )
+        self._latest: ReportBatch = {name: column.copy() for name, column in (latest or {}).items()}
 
-    def _grow(self, new_tags: U64, template: ReportBatch | None) -> None:
-        """Insert ``new_tags`` (sorted, absent) keeping every array aligned with ``tags``."""
-        if not new_tags.size:
-            return
-        merged = np.union1d(self.tags, new_tags).astype(np.uint64)
-        old_at = np.searchsorted(merged, self.tags)
-        charged = np.zeros(merged.shape[0], np.int64)
-        charged[old_at] = self.charged
-        self.charged = charged
-        if template is not None:
-            bucket = np.full(merged.shape[0], _UNSET, np.int64)
-            bucket[old_at] = self.latest_bucket
-            self.latest_bucket = bucket
-            latest: ReportBatch = {}
-            for name, column in template.items():
-                grown = np.zeros((merged.shape[0], *column.shape[1:]), dtype=column.dtype)
-                if name in self.latest:
-                    grown[old_at] = self.latest[name]
-                latest[name] = grown
-            self.latest = latest
-        self.tags = merged
+    @property
+    def tags(self) -> U64:
+        """Every device's tag, by row."""
+        return self.index.tags
+
+    @property
+    def row_nbytes(self) -> int:
+        """Bytes held by the per-device arrays (with their room to grow), the index aside."""
+        return int(self._charged.nbytes + self._bucket.nbytes + sum(c.nbytes for c in self._latest.values()))
+
+    @property
+    def charged(self) -> I64:
+        """What every device was charged, by row."""
+        return self._charged[: len(self.index)]
+
+    @property
+    def latest_bucket(self) -> I64:
+        """The bucket every device's latest report was folded into (memoized), by row."""
+        return self._bucket[: len(self.index)] if self._latest else self._bucket[:0]
+
+    @property
+    def latest(self) -> ReportBatch:
+        """Every device's latest report (memoized), by row."""
+        return {name: column[: len(self.index)] for name, column in self._latest.items()}
+
+    def _fit(self, rows: int, template: ReportBatch | None) -> None:
+        """Room for ``rows`` rows in every array (doubling), new rows blank: nothing
+        charged, no latest report (``template``: the columns of a memoized report)."""
+        capacity = self._charged.shape[0]
+        size = capacity if rows <= capacity else max(rows, 2 * capacity, 16)
+        if size != capacity:
+            self._charged = _grown(self._charged, size, 0)
+        if template is not None and (size != capacity or not self._latest):
+            self._bucket = _grown(self._bucket if self._latest else self._bucket[:0], size, _UNSET)
+            self._latest = {
+                name: _grown(self._latest.get(name, column[:0]), size, 0) for name, column in template.items()
+            }
 
     def record(
         self, tags: U64, rows: ReportBatch, buckets: I64 | None, memoize: bool, distinct: bool
@@ -152,31 +183,30 @@ class DeviceBook:
         in message order)."""
         if not tags.size:
             return None
-        uniq = np.unique(tags)
-        self._grow(np.setdiff1d(uniq, self.tags, assume_unique=True), rows if memoize else None)
-        at = np.searchsorted(self.tags, tags)
+        at = self.index.add(tags)
+        self._fit(len(self.index), rows if memoize else None)
         if distinct:
             pairs = mix64(tags ^ mix64(payload_hashes(rows)))
             fresh_pairs, first = np.unique(pairs, return_index=True)
-            new = ~np.isin(fresh_pairs, self.pairs, assume_unique=True)
-            np.add.at(self.charged, at[first[new]], 1)
-            self.pairs = np.union1d(self.pairs, fresh_pairs[new]).astype(np.uint64)
+            new = self.pairs.find(fresh_pairs) < 0
+            np.add.at(self._charged, at[first[new]], 1)
+            self.pairs.add(fresh_pairs[new])
         else:
-            np.add.at(self.charged, at, 1)
+            np.add.at(self._charged, at, 1)
         if not memoize:
             return None
         last = _last_of_each(tags)
         slots = at[last]
         bucket_of = np.full(tags.shape[0], NO_BUCKET, np.int64) if buckets is None else buckets
-        had = self.latest_bucket[slots] != _UNSET
+        had = self._bucket[slots] != _UNSET
         retract = Retraction(
             last,
-            {name: column[slots[had]].copy() for name, column in self.latest.items()},
-            self.latest_bucket[slots[had]].copy(),
+            {name: column[slots[had]].copy() for name, column in self._latest.items()},
+            self._bucket[slots[had]].copy(),
         )
         for name, column in rows.items():
-            self.latest[name][slots] = column[last]
-        self.latest_bucket[slots] = bucket_of[last]
+            self._latest[name][slots] = column[last]
+        self._bucket[slots] = bucket_of[last]
         return retract
 
     def to_wire(self) -> dict[str, Any]:
@@ -188,7 +218,7 @@ class DeviceBook:
                 name: [list(column.shape[1:]), column.dtype.str, np.ascontiguousarray(column).tobytes()]
                 for name, column in self.latest.items()
             },
-            "pairs": self.pairs.astype("<u8").tobytes(),
+            "pairs": self.pairs.tags.astype("<u8").tobytes(),
         }
 
     @classmethod
@@ -196,16 +226,20 @@ class DeviceBook:
         tags = np.frombuffer(entry["tags"], dtype="<u8").astype(np.uint64)
         latest: ReportBatch = {}
         for name, (shape, dtype, data) in entry["latest"].items():
-            latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape).copy()
-        book = cls(
-            tags=tags,
-            charged=np.frombuffer(entry["charged"], dtype="<i8").astype(np.int64),
-            latest_bucket=np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64),
-            latest=latest,
-            pairs=np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64),
-        )
-        sizes = {book.charged.shape[0]} | ({book.latest_bucket.shape[0]} if latest else set())
+            latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape)
+        charged = np.frombuffer(entry["charged"], dtype="<i8").astype(np.int64)
+        bucket = np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64)
+        sizes = {charged.shape[0]} | ({bucket.shape[0]} if latest else set())
         sizes |= {column.shape[0] for column in latest.values()}
         if sizes != {tags.shape[0]}:
             raise ValueError("device book arrays differ in length")
-        return book
+        return cls(
+            tags, charged, bucket, latest, np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64)
+        )
+
+
+def _grown(column: NDArray[Any], size: int, blank: int) -> NDArray[Any]:
+    """``column`` in an array of ``size`` rows, the rows after it set to ``blank``."""
+    out = np.full((size, *column.shape[1:]), blank, dtype=column.dtype)
+    out[: column.shape[0]] = column
+    return out

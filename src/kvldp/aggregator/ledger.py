@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator.tag_index import TagIndex
+
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
@@ -54,17 +56,65 @@ def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
 ADMITTED, OVER_BUDGET, WINDOW_CLOSED = 0, 1, 2
 
 
+class WindowCount:
+    """Reports charged per device in one budget window: a row per device (in order of
+    arrival, :class:`~kvldp.aggregator.tag_index.TagIndex`) and its count."""
+
+    def __init__(self, devices: U64 | None = None, counts: I64 | None = None) -> None:
+        self.index = TagIndex(devices)
+        self._counts = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64).copy()
+        if self._counts.shape[0] != len(self.index):
+            raise ValueError("a budget window holds one count per device")
+
+    @property
+    def devices(self) -> U64:
+        return self.index.tags
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (index and counts, with their room to grow)."""
+        return self.index.nbytes + int(self._counts.nbytes)
+
+    @property
+    def counts(self) -> I64:
+        return self._counts[: len(self.index)]
+
+    def before(self, devices: U64) -> I64:
+        """What each device was charged so far in this window (0 if never)."""
+        rows = self.index.find(devices)
+        out = np.zeros(devices.shape[0], np.int64)
+        out[rows >= 0] = self._counts[rows[rows >= 0]]
+        return out
+
+    def add(self, devices: U64, spent: I64) -> None:
+        """Charge ``spent`` more to each of ``devices`` (distinct)."""
+        rows = self.index.add(devices)
+        if len(self.index) > self._counts.shape[0]:
+            grown = np.zeros(max(len(self.index), 2 * self._counts.shape[0], 16), np.int64)
+            grown[: self._counts.shape[0]] = self._counts
+            self._counts = grown
+        self._counts[rows] += spent
+
+
+@dataclass(frozen=True)
+class Charges:
+    """What a fetch charges, by budget window: the devices (distinct) and what each spent,
+    admitted or not (:meth:`Ledger.commit` records it)."""
+
+    windows: dict[int, tuple[U64, I64]]
+
+
 @dataclass
 class Ledger:
     """Reports charged per hashed device, per budget window (the latest two windows)."""
 
-    windows: dict[int, tuple[U64, I64]] = field(default_factory=dict)
+    windows: dict[int, WindowCount] = field(default_factory=dict)
 
-    def copy(self) -> Ledger:
-        return Ledger({w: (k.copy(), c.copy()) for w, (k, c) in self.windows.items()})
-
-    def charge(self, windows: I64, devices: U64, reports: I64, limit: int) -> NDArray[np.int8]:
-        """Charge messages in order; returns each one's outcome (``ADMITTED``, ...).
+    def assess(
+        self, windows: I64, devices: U64, reports: I64, limit: int
+    ) -> tuple[NDArray[np.int8], Charges]:
+        """Each message's outcome (``ADMITTED``, ...) and what charging them all, in order,
+        adds to the ledger; the ledger itself is unchanged until :meth:`commit`.
 
         The rule is sequential, so it gives the same answer however the stream is cut
         into fetches (the live run, a restart, the replay oracle agree exactly):
@@ -76,37 +126,39 @@ class Ledger:
         * a message whose window is older than the one before the latest window seen
           so far in the partition is refused (``WINDOW_CLOSED``): the ledger only keeps
           two windows, and a forged old timestamp must not buy a fresh budget.
+
+        Its cost is the fetch's, whatever the number of devices held.
         """
         outcome = np.full(devices.shape[0], OVER_BUDGET, dtype=np.int8)
         latest = max(self.windows, default=int(windows.min()) if windows.size else 0)
         seen_before = np.maximum.accumulate(np.r_[latest, windows])[:-1]
         is_open = windows >= seen_before - 1
         outcome[~is_open] = WINDOW_CLOSED
+        charges: dict[int, tuple[U64, I64]] = {}
         for window in np.unique(windows[is_open]):
             rows = np.flatnonzero((windows == window) & is_open)
-            keys, counts = self.windows.get(int(window), (np.zeros(0, np.uint64), np.zeros(0, np.int64)))
             uniq, inverse = np.unique(devices[rows], return_inverse=True)
-            before = np.zeros(uniq.shape[0], dtype=np.int64)
-            if keys.size:
-                pos = np.minimum(np.searchsorted(keys, uniq), keys.size - 1)
-                hit = keys[pos] == uniq
-                before[hit] = counts[pos[hit]]
+            held = self.windows.get(int(window))
+            before = held.before(uniq) if held is not None else np.zeros(uniq.shape[0], np.int64)
             # running total per device, in message order
             order = np.argsort(inverse, kind="stable")
             sizes = reports[rows][order]
             group = inverse[order]
             ok = before[group] + _group_cumsum(sizes, group) <= limit
             outcome[rows[order[ok]]] = ADMITTED
-            spent = np.bincount(group, weights=sizes, minlength=uniq.size).astype(np.int64)
-            merged_keys = np.union1d(keys, uniq)
-            merged = np.zeros(merged_keys.shape[0], dtype=np.int64)
-            merged[np.searchsorted(merged_keys, keys)] += counts
-            merged[np.searchsorted(merged_keys, uniq)] += spent
-            self.windows[int(window)] = (merged_keys.astype(np.uint64), merged)
+            charges[int(window)] = (
+                uniq.astype(np.uint64),
+                np.bincount(group, weights=sizes, minlength=uniq.size).astype(np.int64),
+            )
+        return outcome, Charges(charges)
+
+    def commit(self, charges: Charges) -> None:
+        """Record what :meth:`assess` found, and keep the latest two windows."""
+        for window, (devices, spent) in charges.windows.items():
+            self.windows.setdefault(window, WindowCount()).add(devices, spent)
         newest = max(self.windows, default=0)
         for window in [w for w in self.windows if w < newest - 1]:
             del self.windows[window]
-        return outcome
 
 
 def _group_cumsum(values: I64, groups: I64) -> I64:

@@ -36,7 +36,7 @@ from numpy.typing import NDArray
 from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction, epsilon_per_charge
 from kvldp.aggregator.flagged import FlaggedDevices
-from kvldp.aggregator.ledger import Ledger
+from kvldp.aggregator.ledger import Ledger, WindowCount
 from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
@@ -274,8 +274,8 @@ class AggregatorState:
                     "recent": s.recent.ordered().astype("<u8").tobytes(),
                     "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
                     "ledger": {
-                        str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
-                        for w, (k, c) in s.ledger.windows.items()
+                        str(w): [c.devices.astype("<u8").tobytes(), c.counts.astype("<i8").tobytes()]
+                        for w, c in s.ledger.windows.items()
                     },
                     "last": s.last_digest,
                     "highwater": s.highwater,
@@ -330,7 +330,7 @@ class AggregatorState:
                     recent=recent_ids(collection, entry),
                     ledger=Ledger(
                         {
-                            int(w): (
+                            int(w): WindowCount(
                                 np.frombuffer(k, dtype="<u8").astype(np.uint64),
                                 np.frombuffer(c, dtype="<i8").astype(np.int64),
                             )
