@@ -37,7 +37,7 @@ typecheck: $(STAMP)
 # suite must stay well under 15 minutes
 TEST_WORKERS ?= 2
 unit: $(STAMP)
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --durations=25
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25
 
 # the peer libraries `kvldp bench peers` compares against (optional: not needed by make test)
 bench-deps: $(STAMP)

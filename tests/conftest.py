@@ -1,7 +1,8 @@
 """Fixtures: one embedded Tansu broker per test session, on an ephemeral loopback port
-(and, for the secured-broker tests, one behind TLS, one requiring SASL, one with both),
-one Apache Kafka node per test session, started only when a test asks for it (the jars
-of `make kafka`), and the time limit of the full-scale runs."""
+(and, for the tests of Tansu's SASL refusals, one requiring SASL in plain TCP and one
+behind TLS), one Apache Kafka node per test session with a plaintext and a TLS
+listener, started only when a test asks for it (the jars of `make kafka`), and the time
+limit of the full-scale runs."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from kvldp.broker.apache_kafka import ApacheKafka
+from kvldp.broker.apache_kafka import ApacheKafka, KafkaTls
 from kvldp.broker.tansu import EmbeddedBroker
 
-from support.tls import TlsBroker, TlsFiles, make_tls_files
+from support.tls import TlsBroker, TlsEndpoint, TlsFiles, make_tls_files
 
 #: the time limit of a test marked ``full`` (full-scale runs take minutes; the default
 #: limit of pyproject.toml, ``timeout``, is for the tests of make test)
@@ -32,11 +33,22 @@ def broker() -> Iterator[EmbeddedBroker]:
 
 
 @pytest.fixture(scope="session")
-def apache_kafka() -> Iterator[ApacheKafka]:
+def apache_kafka(tls_files: TlsFiles) -> Iterator[ApacheKafka]:
     """Apache Kafka, one KRaft node (broker and controller), accepting writes: at most one
-    per xdist worker, and none in a worker whose tests never ask for it."""
-    with ApacheKafka(1) as running:
+    per xdist worker, and none in a worker whose tests never ask for it. Besides its
+    plaintext listener it serves TLS with the session's server certificate
+    (:func:`apache_kafka_tls`). A test leaves it accepting writes (the restart test of
+    tests/test_apache_kafka.py kills it and waits until it is back); one that pauses a
+    broker, or keeps one down while clients work, starts an :class:`ApacheKafka` of its own."""
+    with ApacheKafka(1, tls=KafkaTls(tls_files.server_cert_pem, tls_files.server_key_pem)) as running:
         yield running
+
+
+@pytest.fixture
+def apache_kafka_tls(apache_kafka: ApacheKafka, tls_files: TlsFiles) -> TlsEndpoint:
+    """The session's Apache Kafka over TLS: its SSL listener and the certificates (the
+    server's signed by ``certs.ca_pem``)."""
+    return TlsEndpoint(apache_kafka.tls_bootstrap_servers, tls_files)
 
 
 @pytest.fixture
@@ -51,13 +63,6 @@ def bootstrap(request: pytest.FixtureRequest) -> str:
 @pytest.fixture(scope="session")
 def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return make_tls_files(tmp_path_factory.mktemp("tls"))
-
-
-@pytest.fixture(scope="session")
-def tls_broker(tls_files: TlsFiles) -> Iterator[TlsBroker]:
-    """Tansu behind stunnel: TLS only, with a certificate for 127.0.0.1 and localhost."""
-    with EmbeddedBroker(0, tls_cert=tls_files.server_cert_pem, tls_key=tls_files.server_key_pem) as running:
-        yield TlsBroker(running, tls_files)
 
 
 @pytest.fixture(scope="session")

@@ -115,7 +115,7 @@ async def consume_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
 async def test_a_node_restarts_on_its_ports_and_storage_after_a_crash(apache_kafka: ApacheKafka) -> None:
     (node,) = apache_kafka.nodes.values()
     first = apache_kafka.pids[1]
-    assert listening_ports(first) == {node.port, node.controller_port}
+    assert listening_ports(first) == {node.port, node.controller_port, node.tls_port}
     await produce(apache_kafka.bootstrap_servers, "kvldp.test.restart", b"before")
     apache_kafka.kill(1)
     assert not psutil.pid_exists(first) and apache_kafka.pids == {}

@@ -1,5 +1,9 @@
-"""The embedded broker secured: TLS through stunnel in front of Tansu, and SASL required
-(real aiokafka clients against real brokers, no mocks).
+"""Brokers secured (real aiokafka clients against real brokers, no mocks): TLS clients on
+Apache Kafka's own SSL listener (the session's ``apache_kafka``, with a PEM keystore)
+and that listener's settings; the TLS front of the embedded broker (stunnel in front of
+Tansu, what ``kvldp broker --tls-cert`` runs) by its start-up and its errors; and SASL
+required by Tansu, which refuses every login (these stay on Tansu: Apache Kafka's SCRAM
+logins, and refusals, are tested in tests/test_kafka_acls.py).
 
 aiokafka's own failures are pinned here, since kvldp turns them into one-line errors: an
 untrusted certificate and a plain client on the TLS port both end in
@@ -20,10 +24,12 @@ from typing import Any
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
+from cryptography.hazmat.primitives import serialization
 
+from kvldp.broker.apache_kafka import ApacheKafka, KafkaTls
 from kvldp.broker.tansu import BrokerError, EmbeddedBroker
 
-from support.tls import TlsBroker, TlsFiles
+from support.tls import TlsBroker, TlsEndpoint, TlsFiles
 
 #: the request timeout of the clients that must not start: aiokafka bounds each step of a
 #: start by it (the connection with its TLS handshake, the version lookup, each SASL
@@ -61,21 +67,13 @@ async def start_fails(**options: Any) -> tuple[BaseException, float]:
 
 
 # ---------------------------------------------------------------------- TLS
-def test_the_tls_broker_advertises_its_proxy(tls_broker: TlsBroker) -> None:
-    broker = tls_broker.broker
-    assert broker.tls and broker.alive()
-    assert broker.bootstrap_servers == f"127.0.0.1:{broker.port}"
-    assert broker.internal_port not in (0, broker.port)
-
-
 @pytest.mark.asyncio
-async def test_messages_round_trip_over_tls(tls_broker: TlsBroker) -> None:
-    broker, certs = tls_broker
+async def test_messages_round_trip_over_tls(apache_kafka_tls: TlsEndpoint) -> None:
     topic = unique_topic("tls-round-trip")
     sent = [f"message {i}".encode() for i in range(3)]
-    context = trusting(certs.ca_pem)
+    context = trusting(apache_kafka_tls.certs.ca_pem)
     options: dict[str, Any] = {
-        "bootstrap_servers": broker.bootstrap_servers,
+        "bootstrap_servers": apache_kafka_tls.bootstrap_servers,
         "security_protocol": "SSL",
         "ssl_context": context,
         "request_timeout_ms": 10_000,
@@ -102,14 +100,13 @@ async def test_messages_round_trip_over_tls(tls_broker: TlsBroker) -> None:
 
 @pytest.mark.asyncio
 async def test_a_client_trusting_another_ca_fails_fast(
-    tls_broker: TlsBroker, caplog: pytest.LogCaptureFixture
+    apache_kafka_tls: TlsEndpoint, caplog: pytest.LogCaptureFixture
 ) -> None:
-    broker, certs = tls_broker
     with caplog.at_level(logging.ERROR, logger="aiokafka"):
         exc, seconds = await start_fails(
-            bootstrap_servers=broker.bootstrap_servers,
+            bootstrap_servers=apache_kafka_tls.bootstrap_servers,
             security_protocol="SSL",
-            ssl_context=trusting(certs.other_ca_pem),
+            ssl_context=trusting(apache_kafka_tls.certs.other_ca_pem),
         )
     assert seconds < FAIL_FAST
     assert type(exc) is KafkaConnectionError
@@ -119,15 +116,43 @@ async def test_a_client_trusting_another_ca_fails_fast(
 
 
 @pytest.mark.asyncio
-async def test_a_plain_client_on_the_tls_port_fails_fast(tls_broker: TlsBroker) -> None:
+async def test_a_plain_client_on_the_tls_port_fails_fast(apache_kafka_tls: TlsEndpoint) -> None:
     exc, seconds = await start_fails(
-        bootstrap_servers=tls_broker.broker.bootstrap_servers, security_protocol="PLAINTEXT"
+        bootstrap_servers=apache_kafka_tls.bootstrap_servers, security_protocol="PLAINTEXT"
     )
     assert seconds < FAIL_FAST
     assert type(exc) is KafkaConnectionError
     assert "Unable to bootstrap from" in str(exc)
 
 
+def test_an_apache_tls_listener_needs_a_certificate_and_a_plain_pem_key(
+    tls_files: TlsFiles, tmp_path: Path
+) -> None:
+    """Checked as the nodes' settings are written, before any JVM starts: one line each."""
+    missing = tmp_path / "nowhere.pem"
+    encrypted = tmp_path / "encrypted.key"
+    key = serialization.load_pem_private_key(tls_files.server_key_pem.read_bytes(), None)
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"passphrase"),
+        )
+    )
+    for tls, message in [
+        (KafkaTls(missing, tls_files.server_key_pem), f"the TLS certificate {missing} does not exist"),
+        (KafkaTls(tls_files.server_key_pem, tls_files.server_key_pem), "holds no PEM certificate"),
+        (KafkaTls(tls_files.server_cert_pem, encrypted), "is no unencrypted PEM private key"),
+    ]:
+        cluster = ApacheKafka(1, tls=tls)
+        with pytest.raises(BrokerError, match=message) as caught:
+            cluster.start()
+        assert "\n" not in str(caught.value)
+        assert not cluster.nodes  # nothing left running
+
+
+# ------------------------------------------- the embedded broker's TLS front (Tansu only:
+# stunnel in front of Tansu is what `kvldp broker --tls-cert` and `make demo` users run)
 def test_a_certificate_needs_its_key(tls_files: TlsFiles) -> None:
     with pytest.raises(BrokerError, match="both a certificate and its private key") as caught:
         EmbeddedBroker(tls_cert=tls_files.server_cert_pem)
@@ -176,8 +201,11 @@ def test_without_stunnel_tls_is_one_clear_line(
     assert broker.process is None
 
 
-def test_stop_ends_both_processes_and_removes_the_proxy_files(tls_files: TlsFiles) -> None:
+def test_the_tls_front_advertises_its_proxy_and_stops_with_tansu(tls_files: TlsFiles) -> None:
     broker = EmbeddedBroker(tls_cert=tls_files.server_cert_pem, tls_key=tls_files.server_key_pem).start()
+    assert broker.tls and broker.alive()
+    assert broker.bootstrap_servers == f"127.0.0.1:{broker.port}"
+    assert broker.internal_port not in (0, broker.port)
     tansu, proxy = broker.process, broker.proxy
     assert tansu is not None and proxy is not None and proxy.process is not None
     stunnel = proxy.process
@@ -191,7 +219,7 @@ def test_stop_ends_both_processes_and_removes_the_proxy_files(tls_files: TlsFile
     broker.stop()  # twice is harmless
 
 
-# ---------------------------------------------------------------------- SASL
+# ------------------------------------------ SASL (Tansu only: its refusal of every login)
 async def _scram_fails(broker: EmbeddedBroker, **options: Any) -> None:
     exc, seconds = await start_fails(
         bootstrap_servers=broker.bootstrap_servers,

@@ -22,7 +22,8 @@ from kvldp.gateway import instruments
 
 from support import run
 from support.deploy import (
-    CLIENT_FILE,
+    CLIENT_FILES,
+    CLIENT_PATH,
     COMPOSE,
     DEPLOY,
     KVLDP_SERVICES,
@@ -156,8 +157,8 @@ def test_gateway_serves_the_stacks_collections_with_keys_from_the_one_shot() -> 
         load_collection(DEPLOY / "collections" / path.removeprefix("/collections/"))
     for service in ("aggregator", "checkout-exporter"):  # they create the topics
         assert gateway["depends_on"][service]["condition"] == "service_healthy"
-    assert option(gateway, "kafka-config") == "/etc/kvldp/kafka-client.properties"
-    assert mounted_file(gateway, "/etc/kvldp/kafka-client.properties") == CLIENT_FILE
+    assert option(gateway, "kafka-config") == CLIENT_PATH
+    assert mounted_file(gateway, CLIENT_PATH) == CLIENT_FILES["ingest"]  # the ingestion principal
     # keys: the one-shot writes private.pem into device-keys and copies jwks.json into
     # device-jwks; the gateway mounts only the latter, read-only
     assert gateway["depends_on"]["device-keys"]["condition"] == "service_completed_successfully"

@@ -1,8 +1,9 @@
 """Kafka in the compose stack, checked without a Docker engine: every kvldp service
-reaches the broker over SASL_SSL with the one mounted client file, the published port is
-SASL_SSL, plaintext stays on the broker's loopback, the password is written once, the
-broker's settings survive the apache/kafka image's env-to-property mapping, and the
-collections write out their replication."""
+reaches the broker over SASL_SSL with the mounted client file of its role (its own
+principal), the published port is SASL_SSL, plaintext stays on the broker's loopback,
+whose principal alone is a super user of an authorizer that allows nothing unless an ACL
+says so, each password is written once, the broker's settings survive the apache/kafka
+image's env-to-property mapping, and the collections write out their replication."""
 
 from __future__ import annotations
 
@@ -11,11 +12,15 @@ import tomllib
 from collections.abc import Iterator
 from typing import Any
 
+from kvldp.broker.apache_kafka import ADMIN_PRINCIPAL, AUTHORIZER
+from kvldp.broker.kafka_install import KAFKA_VERSION
 from kvldp.common.collection_file import load_collection
 from kvldp.kafka.client_config import KNOWN_KEYS
 
 from support.deploy import (
-    CLIENT_FILE,
+    CLIENT_DIR,
+    CLIENT_FILES,
+    CLIENT_PATH,
     COMPOSE,
     COMPOSE_TEXT,
     DEPLOY,
@@ -26,6 +31,7 @@ from support.deploy import (
     broker_env,
     broker_properties,
     client_properties,
+    client_role,
     command_args,
     interpolate,
     listeners,
@@ -39,15 +45,18 @@ from support.deploy import (
 )
 
 
-def test_every_kvldp_service_reads_the_mounted_client_file() -> None:
+def test_every_kvldp_service_reads_the_mounted_client_file_of_its_role() -> None:
+    """The gateway and the simulated fleets log in as the ingestion principal, every
+    aggregator as the aggregator principal."""
     assert set(KVLDP_SERVICES) >= {"aggregator", "producer", "checkout-worker", "checkout-exporter"}
-    ca = client_properties()["ssl.ca.location"]
     for name, service in KVLDP_SERVICES.items():
         path = option(service, "kafka-config")
-        assert path is not None, f"{name} has no --kafka-config"
+        assert path == CLIENT_PATH, f"{name} reads {path}"
         source = mounted_file(service, path)
-        assert source is not None, f"{name}: {path} is not a file mounted from deploy/"
-        assert source.resolve() == CLIENT_FILE.resolve() and source.is_file(), name
+        assert source is not None and source.is_file(), f"{name}: {path} is not a file mounted from deploy/"
+        role = client_role(service)
+        assert role == ("aggregator" if command_args(service)[0] == "aggregate" else "ingest"), name
+        ca = client_properties(role)["ssl.ca.location"]
         # the address and the secrets come from the file alone
         assert option(service, "bootstrap-servers") is None, name
         assert not any(a.startswith(("-X", "--kafka-option")) for a in command_args(service)), name
@@ -62,13 +71,15 @@ def test_every_kvldp_service_reads_the_mounted_client_file() -> None:
 
 
 def test_no_kvldp_service_uses_a_plaintext_listener() -> None:
-    settings = client_properties()
-    assert settings["security.protocol"] == "SASL_SSL"
-    mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms"))
-    assert mechanism in broker_properties()["sasl.enabled.mechanisms"].split(",")
+    for role in CLIENT_FILES:
+        settings = client_properties(role)
+        assert settings["security.protocol"] == "SASL_SSL"
+        mechanism = settings.get("sasl.mechanism", settings.get("sasl.mechanisms"))
+        assert mechanism in broker_properties()["sasl.enabled.mechanisms"].split(",")
     advertised = listeners(broker_properties()["advertised.listeners"])
     by_address = {f"{host}:{port}": name for name, (host, port) in advertised.items()}
     for name, service in KVLDP_SERVICES.items():
+        settings = client_properties(client_role(service))
         bootstrap = option(service, "bootstrap-servers") or settings["bootstrap.servers"]
         for server in bootstrap.split(","):
             listener = by_address.get(server)
@@ -137,36 +148,61 @@ def test_broker_settings_survive_the_image_start_script() -> None:
     assert "min.insync.replicas 2" in COMPOSE_TEXT and "default.replication.factor 3" in COMPOSE_TEXT
 
 
-def test_sasl_password_is_written_once() -> None:
-    """The password is in the client file only: the kvldp services read it there and the
-    broker creates the SCRAM user from the very same mounted file."""
-    password = client_properties()["sasl.password"]
-    assert password
-    elsewhere = [
-        path
-        for path in DEPLOY.rglob("*")
-        if path.is_file()
-        and path.resolve() != CLIENT_FILE.resolve()
-        and path.suffix not in (".json", ".png")
-        and password in path.read_text(errors="replace")
-    ]
-    assert elsewhere == []
+def test_each_password_is_written_once() -> None:
+    """Each role's password is in its client file only: the kvldp services of that role
+    read it there and the broker creates the SCRAM user from the very same file, in the
+    directory it mounts."""
+    passwords = {role: client_properties(role)["sasl.password"] for role in CLIENT_FILES}
+    assert all(passwords.values()) and len(set(passwords.values())) == len(passwords)
+    for role, password in passwords.items():
+        elsewhere = [
+            path
+            for path in DEPLOY.rglob("*")
+            if path.is_file()
+            and path.resolve() != CLIENT_FILES[role].resolve()
+            and path.suffix not in (".json", ".png")
+            and password in path.read_text(errors="replace")
+        ]
+        assert elsewhere == [], role
     assert not [t for t in strings(COMPOSE) if "password" in t.lower()], (
         "no password is set in the compose file"
     )
     for name, service in SERVICES.items():
         for key in service.get("environment", {}):
             assert "PASSWORD" not in key.upper() and "SECRET" not in key.upper(), (name, key)
-    # one interpolated source, the same in the broker and every client
-    client_mounts = {
-        v for s in SERVICES.values() for v in s.get("volumes", []) if "/etc/kvldp/kafka-client" in v
-    }
-    assert len(client_mounts) == 1, client_mounts
-    (mount,) = client_mounts
-    assert INTERPOLATION.search(mount), "KVLDP_KAFKA_CLIENT_CONFIG points the whole stack at another file"
-    assert mount in SERVICES["kafka"]["volumes"]
+    # the broker mounts the directory through a variable that points the stack at a copy
+    (directory,) = [v for v in SERVICES["kafka"]["volumes"] if "kafka-clients" in v]
+    variable = INTERPOLATION.search(directory)
+    assert variable is not None, "KVLDP_KAFKA_CLIENTS points the whole stack at another directory"
+    source, target = interpolate(directory).split(":")[:2]
+    assert (DEPLOY / source).resolve() == CLIENT_DIR.resolve()
+    assert script_default("KVLDP_CLIENT_DIR") == target
     assert SERVICES["kafka"]["entrypoint"][-1] == mounted_target(SERVICES["kafka"], START_SCRIPT)
-    assert script_default("KVLDP_CLIENT_CONFIG") == interpolate(mount).split(":")[1]
+    # and every service that reads a client file takes it from that same directory
+    readers = {
+        name for name, s in SERVICES.items() if any("kafka-clients" in v for v in s.get("volumes", []))
+    }
+    assert readers == {"kafka", *KVLDP_SERVICES}
+    for name, service in KVLDP_SERVICES.items():
+        (mount,) = [v for v in service["volumes"] if "kafka-clients" in v]
+        assert mount.startswith(variable.group(0) + "/"), (name, mount)
+
+
+def test_the_broker_authorizes_every_request_and_only_its_loopback_is_a_super_user() -> None:
+    """KRaft's authorizer with no access unless an ACL grants it, as kvldp's secured
+    Apache Kafka runs; the super user is the principal of the plaintext listeners, which
+    are bound to loopback, and no client file can log in as it."""
+    props = broker_properties()
+    assert props["authorizer.class.name"] == AUTHORIZER
+    assert props["allow.everyone.if.no.acl.found"] == "false"
+    assert props["super.users"] == ADMIN_PRINCIPAL == "User:ANONYMOUS"
+    bound = listeners(props["listeners"])
+    for name, kind in protocols().items():
+        assert kind in ("PLAINTEXT", "SASL_SSL"), name
+        if kind == "PLAINTEXT":
+            assert bound[name][0] == "localhost", name
+    users = [client_properties(role)["sasl.username"] for role in CLIENT_FILES]
+    assert "ANONYMOUS" not in users and len(set(users)) == len(users), users
 
 
 def strings(node: Any) -> Iterator[str]:
@@ -191,9 +227,10 @@ def test_start_script_talks_to_the_loopback_listener() -> None:
 
 
 def test_client_properties_use_only_keys_kvldp_reads() -> None:
-    settings = client_properties()
-    assert set(settings) <= set(KNOWN_KEYS), set(settings) - set(KNOWN_KEYS)
-    assert settings["ssl.endpoint.identification.algorithm"] == "https"
+    for role in CLIENT_FILES:
+        settings = client_properties(role)
+        assert set(settings) <= set(KNOWN_KEYS), (role, set(settings) - set(KNOWN_KEYS))
+        assert settings["ssl.endpoint.identification.algorithm"] == "https", role
 
 
 def test_collections_write_out_their_replication() -> None:
@@ -211,3 +248,10 @@ def test_collections_write_out_their_replication() -> None:
             <= brokers
         )
         assert "replication_factor = 3" in path.read_text(), f"{path}: say what production uses"
+
+
+def test_the_stack_pulls_the_kafka_the_tests_run() -> None:
+    """The compose broker's image is the Apache Kafka release ``make kafka`` fetches, so
+    the settings and scripts exercised here are those of the version users pull."""
+    image = COMPOSE["services"]["kafka"]["image"]
+    assert image == f"apache/kafka:{KAFKA_VERSION}", image

@@ -5,7 +5,8 @@ the health check and refuses a client file the broker cannot serve. On every fil
 table of the properties format's rules, the start script either gives the broker the
 password Java reads from the file (checked with real Java on both the client file and
 the credential file the script hands to kafka-configs.sh) or refuses the file in one
-line naming the line. The device-keys one-shot makes the gateway's key once and hands it
+line naming the line. It grants each role's principal its ACLs, and its health check
+passes only once every one of them is listed. The device-keys one-shot makes the gateway's key once and hands it
 only the public key set."""
 
 from __future__ import annotations
@@ -33,12 +34,14 @@ from kvldp.kafka.properties_file import parse_properties
 from support import run
 from support.deploy import (
     CERTS_SCRIPT,
-    CLIENT_FILE,
+    CLIENT_FILES,
     DEPLOY,
     SERVICES,
     START_SCRIPT,
+    broker_env,
     broker_properties,
     client_properties,
+    collections_with_acls,
     mounted_target,
     script_default,
     volume_at,
@@ -66,7 +69,7 @@ def test_certs_service_runs_the_script_into_the_broker_and_client_volumes() -> N
     props = broker_properties()
     assert volume_at(service, broker_dir) == volume_at(SERVICES["kafka"], props["ssl.keystore.location"])
     assert Path(props["ssl.keystore.location"]).name == "broker.pem"
-    client_ca = client_properties()["ssl.ca.location"]
+    client_ca = client_properties("aggregator")["ssl.ca.location"]
     assert volume_at(service, ca_dir) == volume_at(SERVICES["aggregator"], client_ca)
     assert Path(client_ca).name == "ca.crt"
     # the kvldp image's own base: no further image to pull, and it has openssl
@@ -90,10 +93,11 @@ def test_certs_are_pem_files_kafka_reads_and_clients_trust(certs: dict[str, Path
 
 
 def test_client_properties_are_valid_once_the_ca_exists(certs: dict[str, Path]) -> None:
-    """The whole file, checked as kvldp checks it, with its CA path moved here."""
-    config = kafka_config({**client_properties(), "ssl.ca.location": str(certs["ca"])})
-    assert config.uses_tls and config.uses_sasl and config.ssl_check_hostname
-    assert config.sasl_mechanism == "SCRAM-SHA-512" and config.sasl_username
+    """Each whole file, checked as kvldp checks it, with its CA path moved here."""
+    for role in CLIENT_FILES:
+        config = kafka_config({**client_properties(role), "ssl.ca.location": str(certs["ca"])})
+        assert config.uses_tls and config.uses_sasl and config.ssl_check_hostname, role
+        assert config.sasl_mechanism == "SCRAM-SHA-512" and config.sasl_username == role
 
 
 @pytest.fixture
@@ -130,9 +134,11 @@ def tls_server(certs: dict[str, Path]) -> Iterator[int]:
 
 
 def test_the_client_file_trusts_the_broker_by_name(certs: dict[str, Path], tls_server: int) -> None:
-    """kvldp's own TLS context from kafka-client.properties (CA path moved here) accepts
-    the broker as `kafka` and `localhost`, and refuses it under any other name."""
-    config: KafkaConfig = kafka_config({**client_properties(), "ssl.ca.location": str(certs["ca"])})
+    """kvldp's own TLS context from a client file (CA path moved here; both files have
+    the same TLS settings) accepts the broker as `kafka` and `localhost`, and refuses it
+    under any other name."""
+    assert len({client_properties(role)["ssl.ca.location"] for role in CLIENT_FILES}) == 1
+    config: KafkaConfig = kafka_config({**client_properties("ingest"), "ssl.ca.location": str(certs["ca"])})
     context = config.ssl_context
     assert context is not None
     context.verify_flags |= ssl.VERIFY_X509_STRICT
@@ -156,43 +162,103 @@ def test_the_client_file_trusts_the_broker_by_name(certs: dict[str, Path], tls_s
         stranger.wrap_socket(raw, server_hostname="kafka")
 
 
-STUB_CONFIGS = """#!/usr/bin/env bash
-# kafka-configs.sh stand-in: logs its arguments and the --add-config-file it is given
-{ printf 'ARGS'; printf ' %s' "$@"; echo; } >> "$STUB_LOG"
-previous=
+STUB_TOOL = """#!/usr/bin/env bash
+# kafka-configs.sh and kafka-acls.sh stand-in: logs its arguments and the
+# --add-config-file it is given; prints the users or the ACLs asked for
+{ printf 'ARGS %s' "${0##*/}"; printf ' %s' "$@"; echo; } >> "$STUB_LOG"
+previous= user=
 for arg in "$@"; do
+    [[ $previous == --entity-name ]] && user=$arg
     if [[ $previous == --add-config-file ]]; then
-        cp "$arg" "$STUB_CREDENTIAL"
+        cp "$arg" "$STUB_CREDENTIALS/$user"
         echo "MODE $(stat -c %a "$arg")" >> "$STUB_LOG"
         echo "FILE $(cat "$arg")" >> "$STUB_LOG"
     fi
     previous=$arg
 done
 [[ " $* " == *" --describe "* ]] && cat "$STUB_DESCRIBE"
+[[ " $* " == *" --list "* ]] && cat "$STUB_LIST"
 exit 0
 """
 
+#: the ACLs the stack's start script grants, one kafka-acls.sh run each: principal,
+#: operations, resources (docs/untrusted-devices.md)
+COLLECTIONS = collections_with_acls()
+GRANTS = [
+    ("User:ingest", ["Write", "Describe"], [("topic", f"kvldp.{c}.reports") for c in COLLECTIONS]),
+    (
+        "User:aggregator",
+        ["Read", "Describe", "Create"],
+        [("topic", f"kvldp.{c}.reports") for c in COLLECTIONS],
+    ),
+    (
+        "User:aggregator",
+        ["Read", "Write", "Describe", "Create"],
+        [("topic", f"kvldp.{c}.{own}") for c in COLLECTIONS for own in ("dlq", "state", "control")],
+    ),
+    ("User:aggregator", ["Read"], [("group", f"kvldp.{c}.aggregator") for c in COLLECTIONS]),
+]
+
+
+def acl_listing(grants: list[tuple[str, list[str], list[tuple[str, str]]]]) -> str:
+    """What ``kafka-acls.sh --list`` prints when ``grants`` are the cluster's ACLs."""
+    by_resource: dict[tuple[str, str], list[str]] = {}
+    for principal, operations, resources in grants:
+        for resource in resources:
+            by_resource.setdefault(resource, []).extend(
+                f"\t(principal={principal}, host=*, operation={op.upper()}, permissionType=ALLOW)"
+                for op in operations
+            )
+    return "".join(
+        f"Current ACLs for resource `ResourcePattern(resourceType={kind.upper()}, name={name}, "
+        f"patternType=LITERAL)`: \n" + "\n".join(lines) + "\n\n"
+        for (kind, name), lines in by_resource.items()
+    )
+
+
+def described(*users: str, mechanism: str = "SCRAM-SHA-512") -> str:
+    """What ``kafka-configs.sh --describe --entity-type users`` prints for ``users``."""
+    return "".join(
+        f"SCRAM credential configs for user-principal '{user}' are {mechanism}=iterations=8192\n"
+        for user in users
+    )
+
 
 def _run_start(
-    tmp_path: Path, client: str | bytes, *args: str, describe: str = ""
+    tmp_path: Path,
+    clients: dict[str, str | bytes] | None = None,
+    *args: str,
+    describe: str = "",
+    listing: str = "",
+    collections: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """The start script with stand-in tools, the stack's client files but those of
+    ``clients`` (by role), and the broker's KVLDP_COLLECTIONS unless ``collections``."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    configs = bin_dir / "kafka-configs.sh"
-    configs.write_text(STUB_CONFIGS)
-    configs.chmod(0o755)
+    for script in ("kafka-configs.sh", "kafka-acls.sh"):
+        (bin_dir / script).write_text(STUB_TOOL)
+        (bin_dir / script).chmod(0o755)
     entrypoint = tmp_path / "run"
     entrypoint.write_text('#!/usr/bin/env bash\necho "image entrypoint started"\n')
     entrypoint.chmod(0o755)
-    (tmp_path / "client.properties").write_bytes(client if isinstance(client, bytes) else client.encode())
+    client_dir = tmp_path / "clients"
+    client_dir.mkdir(exist_ok=True)
+    for role, path in CLIENT_FILES.items():
+        text = (clients or {}).get(role, path.read_bytes())
+        (client_dir / path.name).write_bytes(text if isinstance(text, bytes) else text.encode())
+    (tmp_path / "credentials").mkdir(exist_ok=True)
     (tmp_path / "describe").write_text(describe)
+    (tmp_path / "list").write_text(listing)
     env = {
-        "KVLDP_CLIENT_CONFIG": str(tmp_path / "client.properties"),
+        "KVLDP_CLIENT_DIR": str(client_dir),
+        "KVLDP_COLLECTIONS": broker_env()["KVLDP_COLLECTIONS"] if collections is None else collections,
         "KVLDP_KAFKA_BIN": str(bin_dir),
         "KVLDP_KAFKA_RUN": str(entrypoint),
         "STUB_LOG": str(tmp_path / "log"),
         "STUB_DESCRIBE": str(tmp_path / "describe"),
-        "STUB_CREDENTIAL": str(tmp_path / "credential.properties"),
+        "STUB_LIST": str(tmp_path / "list"),
+        "STUB_CREDENTIALS": str(tmp_path / "credentials"),
     }
     return run(["bash", str(START_SCRIPT), *args], env=env, timeout=60)
 
@@ -207,28 +273,45 @@ def _wait_for_log(path: Path, text: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
-def test_start_script_gives_the_client_files_user_its_password(tmp_path: Path) -> None:
+def test_start_script_gives_each_roles_user_its_password_and_grants_its_acls(tmp_path: Path) -> None:
     password = "p=a:s s#w!o\"r'd$(x)`y`;&|<>*?[]{}~%,"  # every shell metacharacter, no backslash
-    client = CLIENT_FILE.read_text().replace("sasl.password=change-me", f"sasl.password={password}")
+    ingest = CLIENT_FILES["ingest"].read_text()
+    client = ingest.replace("sasl.password=change-me-ingest", f"sasl.password={password}")
     assert parse_properties(client.encode(), "x")["sasl.password"] == password  # as kvldp reads it
-    result = _run_start(tmp_path, client)
+    result = _run_start(tmp_path, {"ingest": client})
     assert result.returncode == 0, result.stderr
     assert "image entrypoint started" in result.stdout  # the image's own entrypoint runs
-    log = _wait_for_log(tmp_path / "log", "FILE ")
+    # the users-and-ACLs step shares the script's output, which is read to its end
+    assert "kafka-start: SCRAM-SHA-512 users ingest and aggregator are set; ACLs granted" in result.stdout
+    log = (tmp_path / "log").read_text()
     admin = script_default("KVLDP_KAFKA_ADMIN")
-    user = client_properties()["sasl.username"]
-    assert (
-        f"ARGS --bootstrap-server {admin} --alter --entity-type users --entity-name {user} --add-config-file"
-        in log
+    passwords = {"ingest": password, "aggregator": client_properties("aggregator")["sasl.password"]}
+    for user, secret in passwords.items():
+        assert (
+            f"ARGS kafka-configs.sh --bootstrap-server {admin} --alter --entity-type users --entity-name {user} "
+            "--add-config-file" in log
+        )
+        assert secret not in "".join(line for line in log.splitlines() if line.startswith("ARGS")), (
+            "a password went on a command line"
+        )
+        # a Java properties line, which Java reads verbatim: the password has no backslash
+        assert "FILE SCRAM-SHA-512=iterations=8192,password=" + secret + "\n" in log
+    assert log.count("MODE 600") == 2
+    credentials = java_reading(
+        [(tmp_path / "credentials" / user).read_bytes() for user in passwords], tmp_path / "java"
     )
-    assert password not in log.split("FILE ")[0], "the password went on a command line"
-    assert "MODE 600" in log
-    # a Java properties line, which Java reads verbatim: the password has no backslash
-    assert "FILE SCRAM-SHA-512=iterations=8192,password=" + password + "\n" in log
-    (credential,) = java_reading([(tmp_path / "credential.properties").read_bytes()], tmp_path / "java")
-    assert isinstance(credential, dict)
-    scram = SCRAM_CREDENTIAL.fullmatch(credential["SCRAM-SHA-512"])
-    assert scram is not None and scram.group(1) == "8192" and scram.group(2) == password
+    for credential, secret in zip(credentials, passwords.values(), strict=True):
+        assert isinstance(credential, dict)
+        scram = SCRAM_CREDENTIAL.fullmatch(credential["SCRAM-SHA-512"])
+        assert scram is not None and scram.group(1) == "8192" and scram.group(2) == secret
+    granted = [line for line in log.splitlines() if line.startswith("ARGS kafka-acls.sh")]
+    assert granted == [
+        f"ARGS kafka-acls.sh --bootstrap-server {admin} --add --allow-principal {principal} "
+        + " ".join(f"--operation {op}" for op in operations)
+        + " "
+        + " ".join(f"--{kind} {name}" for kind, name in resources)
+        for principal, operations, resources in GRANTS
+    ]
 
 
 #: the lines each file of the rules table is put after, so that the broker can serve it
@@ -238,25 +321,26 @@ SCRAM_USER_LINES = 2
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_start_script_gives_javas_password_or_refuses_the_line(tmp_path: Path) -> None:
-    """Each file of the rules table, after the SCRAM user's lines: the script reads it and
-    kafka-configs.sh gets, as Java reads the credential file, the password Java reads from
-    the client file; or the script refuses it in one line, naming the line."""
+    """Each file of the rules table, after the SCRAM user's lines, as the ingestion
+    principal's file: the script reads it and kafka-configs.sh gets, as Java reads the
+    credential file, the password Java reads from the client file; or the script refuses
+    it in one line, naming the line."""
     files = [SCRAM_USER + rule.text for rule in RULES]
     java = java_reading(files, tmp_path / "java")
     read = []
     for index, (rule, data, entries) in enumerate(zip(RULES, files, java, strict=True)):
         where = tmp_path / str(index)
         where.mkdir()
-        result = _run_start(where, data)
+        result = _run_start(where, {"ingest": data})
         if rule.script_refuses is None:
             assert result.returncode == 0, (rule.name, result.stderr)
             assert isinstance(entries, dict), rule.name
             log = _wait_for_log(where / "log", "FILE ")
             assert f"--entity-name {entries['sasl.username']} --add-config-file" in log, rule.name
-            read.append((rule, entries, (where / "credential.properties").read_bytes()))
+            read.append((rule, entries, (where / "credentials" / entries["sasl.username"]).read_bytes()))
             continue
         line, reason = rule.script_refuses
-        message = f"kafka-start: {where / 'client.properties'}: line {line + SCRAM_USER_LINES}: "
+        message = f"kafka-start: {where / 'clients' / 'ingest.properties'}: line {line + SCRAM_USER_LINES}: "
         assert result.returncode == 1, (rule.name, result.returncode)
         assert result.stderr.startswith(message) and reason in result.stderr, (rule.name, result.stderr)
         assert result.stderr.count("\n") == 1, (rule.name, result.stderr)
@@ -273,33 +357,99 @@ def test_start_script_gives_javas_password_or_refuses_the_line(tmp_path: Path) -
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 def test_start_script_health_check(tmp_path: Path) -> None:
-    client = CLIENT_FILE.read_text()
-    present = "SCRAM credential configs for user-principal 'kvldp' are SCRAM-SHA-512=iterations=8192\n"
-    assert _run_start(tmp_path, client, "--check", describe=present).returncode == 0
-    absent = "SCRAM credential configs for user-principal 'kvldp' are \n"
-    assert _run_start(tmp_path, client, "--check", describe=absent).returncode == 1
-    other = "SCRAM credential configs for user-principal 'kvldp' are SCRAM-SHA-256=iterations=8192\n"
-    assert _run_start(tmp_path, client, "--check", describe=other).returncode == 1
+    """It passes once both users have SCRAM-SHA-512 credentials and every ACL is listed,
+    and otherwise says in one line what is missing."""
+    users = described("aggregator", "ingest")
+    everything = acl_listing(GRANTS)
+
+    def check(describe: str = users, listing: str = everything) -> subprocess.CompletedProcess[str]:
+        return _run_start(tmp_path, None, "--check", describe=describe, listing=listing)
+
+    assert check().returncode == 0, check().stderr
+    for describe, missing in [
+        ("", "ingest"),
+        (described("ingest"), "aggregator"),
+        (described("aggregator", "ingest", mechanism="SCRAM-SHA-256"), "ingest"),
+        (described("aggregator", "ingest", mechanism="SCRAM-SHA-256=iterations=4096,SCRAM-SHA-512"), ""),
+    ]:
+        result = check(describe=describe)
+        if not missing:
+            assert result.returncode == 0, result.stderr
+            continue
+        assert result.returncode == 1
+        assert result.stderr == f"kafka-start: user {missing} ({missing}) has no SCRAM-SHA-512 credentials\n"
+    for index, (principal, operations, resources) in enumerate(GRANTS):
+        # one operation of one resource missing
+        fewer = [*GRANTS[:index], (principal, operations[1:], resources), *GRANTS[index + 1 :]]
+        kind, name = resources[0]
+        result = check(listing=acl_listing(fewer))
+        assert result.returncode == 1
+        assert (
+            result.stderr == f"kafka-start: ACL missing: {principal} may not {operations[0]} {kind} {name}\n"
+        )
+    # an ACL only on a prefix, or denied, is not the one asked for
+    for changed in ("patternType=LITERAL", "permissionType=ALLOW"):
+        swapped = {
+            "patternType=LITERAL": "patternType=PREFIXED",
+            "permissionType=ALLOW": "permissionType=DENY",
+        }
+        result = check(listing=everything.replace(changed, swapped[changed]))
+        assert result.returncode == 1 and "kafka-start: ACL missing: " in result.stderr
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("role", "change", "message"),
     [
-        (("sasl.password=change-me\n", ""), "needs sasl.username and sasl.password"),
-        (("sasl.username=kvldp\n", "#sasl.username=kvldp\n"), "needs sasl.username and sasl.password"),
-        (("sasl.mechanism=SCRAM-SHA-512", "sasl.mechanism=PLAIN"), "offers SCRAM-SHA-512 only"),
+        ("ingest", ("sasl.password=change-me-ingest\n", ""), "needs sasl.username and sasl.password"),
+        (
+            "aggregator",
+            ("sasl.username=aggregator\n", "#sasl.username=aggregator\n"),
+            "needs sasl.username and sasl.password",
+        ),
+        ("ingest", ("sasl.mechanism=SCRAM-SHA-512", "sasl.mechanism=PLAIN"), "offers SCRAM-SHA-512 only"),
+        ("ingest", ("sasl.username=ingest", "sasl.username=in gest"), "sasl.username takes letters, digits"),
+        ("aggregator", ("sasl.username=aggregator", "sasl.username=ANONYMOUS"), "a super user"),
+        ("aggregator", ("sasl.username=aggregator", "sasl.username=ingest"), "both log in as ingest"),
     ],
 )
 def test_start_script_refuses_a_client_file_the_broker_cannot_serve(
-    tmp_path: Path, change: tuple[str, str], message: str
+    tmp_path: Path, role: str, change: tuple[str, str], message: str
 ) -> None:
-    client = CLIENT_FILE.read_text()
+    client = CLIENT_FILES[role].read_text()
     assert change[0] in client
-    result = _run_start(tmp_path, client.replace(*change))
+    result = _run_start(tmp_path, {role: client.replace(*change)})
     assert result.returncode == 1 and result.stderr.startswith("kafka-start: ") and message in result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert "image entrypoint started" not in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+@pytest.mark.parametrize("collections", ["", "demo  checkout", "demo,checkout", "kvldp.demo"])
+def test_start_script_refuses_collections_it_cannot_name_topics_after(
+    tmp_path: Path, collections: str
+) -> None:
+    result = _run_start(tmp_path, None, collections=collections)
+    assert result.returncode == 1
+    assert result.stderr.startswith("kafka-start: KVLDP_COLLECTIONS must name the stack's collections")
+    assert result.stderr.count("\n") == 1, result.stderr
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_start_script_needs_both_client_files(tmp_path: Path) -> None:
+    clients = tmp_path / "clients"
+    clients.mkdir()
+    (clients / "ingest.properties").write_bytes(CLIENT_FILES["ingest"].read_bytes())
+    result = run(
+        ["bash", str(START_SCRIPT)],
+        env={"KVLDP_CLIENT_DIR": str(clients), "KVLDP_COLLECTIONS": "demo"},
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert (
+        result.stderr
+        == f"kafka-start: cannot read the aggregator client file {clients / 'aggregator.properties'}\n"
+    )
 
 
 def test_device_keys_one_shot_makes_a_key_once_and_gives_the_gateway_its_public_set(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Nothing lost, nothing doubled: thousands of devices report through ``kvldp gateway``
 into the aggregator while Kafka stalls and the gateway is killed.
 
-The parts are the real ones: an embedded broker of the test's own (it is paused), ``kvldp
+The parts are the real ones: an Apache Kafka node of the test's own (it is paused), ``kvldp
 gateway`` and ``kvldp aggregate`` as child processes, and one SDK ``Collector`` per
 device with ``endpoint=`` and the device's own token (keys from ``kvldp devices keygen``,
 tokens signed by the code of ``kvldp devices token``). Every device reports a few times,
@@ -9,7 +9,7 @@ each report followed by ``flush()``. Meanwhile:
 
 1. once a fifth of the reports are in, the broker is paused (SIGSTOP) until the gateway
    has answered 503 to many requests (each waited out the produce timeout), then resumed
-   (SIGCONT; the embedded broker keeps its data in memory, so it is never restarted);
+   (SIGCONT);
 2. once three fifths are in, the gateway is SIGKILLed with requests in flight and started
    again on the same port.
 
@@ -36,7 +36,7 @@ import aiohttp
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from kvldp.broker.tansu import EmbeddedBroker
+from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.common.collection import Collection
 from kvldp.common.wire import WireFormat
 from kvldp.gateway.signing import load_private_key, sign_token
@@ -73,9 +73,9 @@ class Progress:
 
 
 @pytest.fixture
-def own_broker() -> Iterator[EmbeddedBroker]:
-    """A broker of this test's own: pausing it must stall nothing else."""
-    with EmbeddedBroker(0) as running:
+def own_kafka() -> Iterator[ApacheKafka]:
+    """An Apache Kafka node of this test's own: pausing it must stall nothing else."""
+    with ApacheKafka(1) as running:
         yield running
 
 
@@ -144,9 +144,7 @@ async def gateway_unavailable_answers(gateway: GatewayProcess, collection: Colle
     return samples[("kvldp_gateway_produce_errors_total", (("collection", collection.name),))]
 
 
-async def nothing_lost_nothing_doubled(
-    broker: EmbeddedBroker, workdir: Path, devices: int
-) -> dict[str, float]:
+async def nothing_lost_nothing_doubled(kafka: ApacheKafka, workdir: Path, devices: int) -> dict[str, float]:
     started = time.monotonic()
     allow_open_files(devices + 1024)
     collection = unique_collection("kvue", d=6, dedup_horizon=DEDUP_HORIZON)
@@ -156,15 +154,15 @@ async def nothing_lost_nothing_doubled(
     key, kid = load_private_key(workdir / "keys" / "private.pem")
     names = [f"phone-{i:05d}" for i in range(devices)]
     tokens = {name: sign_token(key, kid, name, AUDIENCE, 3600) for name in names}
-    assert broker.process is not None
-    broker_pid = broker.process.pid
+    broker_pid = kafka.pids[1]
+    bootstrap = kafka.bootstrap_servers
 
-    aggregator = AggregatorProcess(toml, broker.bootstrap_servers, workdir).start()
+    aggregator = AggregatorProcess(toml, bootstrap, workdir).start()
     gateway = GatewayProcess(
         [toml],
         workdir / "keys" / "jwks.json",
         AUDIENCE,
-        broker.bootstrap_servers,
+        bootstrap,
         workdir,
         ["--produce-timeout", str(PRODUCE_TIMEOUT_S)],
     )
@@ -217,7 +215,7 @@ async def nothing_lost_nothing_doubled(
         figures["messages_sent_again"] = sum(again for _, again in results)
         # 4. the topic holds every device's reports, some more than once
         stored = await read_topic(
-            broker.bootstrap_servers,
+            bootstrap,
             collection.reports_topic,
             collection.aggregate.partitions,
             WireFormat(collection),
@@ -256,11 +254,11 @@ async def nothing_lost_nothing_doubled(
 
 
 @pytest.mark.asyncio
-async def test_nothing_lost_nothing_doubled(own_broker: EmbeddedBroker, tmp_path: Path) -> None:
-    await nothing_lost_nothing_doubled(own_broker, tmp_path, devices=2_000)
+async def test_nothing_lost_nothing_doubled(own_kafka: ApacheKafka, tmp_path: Path) -> None:
+    await nothing_lost_nothing_doubled(own_kafka, tmp_path, devices=2_000)
 
 
 @pytest.mark.full
 @pytest.mark.asyncio
-async def test_nothing_lost_nothing_doubled_full_size(own_broker: EmbeddedBroker, tmp_path: Path) -> None:
-    await nothing_lost_nothing_doubled(own_broker, tmp_path, devices=5_000)
+async def test_nothing_lost_nothing_doubled_full_size(own_kafka: ApacheKafka, tmp_path: Path) -> None:
+    await nothing_lost_nothing_doubled(own_kafka, tmp_path, devices=5_000)

@@ -17,6 +17,8 @@ from aiokafka import AIOKafkaProducer
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
+from kvldp.aggregator.topics import ensure_topics
+from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection
@@ -154,6 +156,21 @@ async def test_record_then_replay_into_a_fresh_broker_gives_identical_statistics
     now = 2**62  # far future: both states have exactly the same buckets, windows included
     for name, stats in first.state.window_stats(now).items():
         assert second.state.window_stats(now)[name] == stats
+
+
+async def test_record_finds_every_partition_on_apache_kafka(
+    apache_kafka: ApacheKafka, tmp_path: Path
+) -> None:
+    """A consumer started on Apache Kafka knows no topic (Tansu tells it every one), and its
+    ``topics()`` does not teach it: ``record`` asks the cluster for the partitions."""
+    bootstrap = apache_kafka.bootstrap_servers
+    collection = unique_collection("kvue", 3, partitions=3)
+    await ensure_topics(bootstrap, collection)
+    async with Collector(collection, bootstrap) as sdk:
+        await sdk.report_many([{"k0": 1.0}] * 30, [f"device-{i}" for i in range(30)])
+    assert (
+        await record(collection, bootstrap, tmp_path / "run.rec", from_beginning=True, idle_timeout=1.0) == 30
+    )
 
 
 async def produce_file(

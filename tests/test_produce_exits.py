@@ -1,11 +1,12 @@
 """``kvldp produce`` says what Kafka acknowledged on every exit path: stopped by Ctrl-C or
 SIGTERM (exit 128 + signal), or cut off by a broker that stops answering (exit 2 within
 its ``--delivery-timeout``). The acknowledged count is checked against the records the
-reports topic holds."""
+reports topic holds, on Apache Kafka."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kvldp.broker.tansu import EmbeddedBroker
+from kvldp.broker.apache_kafka import ApacheKafka
 
 from support.gateway_double import GatewayDouble, reports_in
 from support.pipeline import collection_toml, eventually, records_in, topic_size, unique_collection
@@ -71,16 +72,17 @@ def summary(stderr: str) -> tuple[int, int, int]:
 
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 async def test_a_stopped_produce_counts_what_kafka_holds(
-    broker: EmbeddedBroker, tmp_path: Path, sig: signal.Signals, status: int
+    apache_kafka: ApacheKafka, tmp_path: Path, sig: signal.Signals, status: int
 ) -> None:
     """Stopped part way, produce waits for the messages in flight: every report it handed
     over is acknowledged (none pending), the acknowledged count is exactly what the topic
     holds, and the rest is counted as not sent."""
     collection = unique_collection()
     toml = collection_toml(collection, tmp_path / "c.toml")
-    proc = start_produce(toml, "--bootstrap-servers", broker.bootstrap_servers)
+    bootstrap = apache_kafka.bootstrap_servers
+    proc = start_produce(toml, "--bootstrap-servers", bootstrap)
     try:
-        await some_reports_in(broker.bootstrap_servers, collection.reports_topic, proc)
+        await some_reports_in(bootstrap, collection.reports_topic, proc)
         proc.send_signal(sig)
         _, stderr = await asyncio.to_thread(proc.communicate, timeout=60)
     finally:
@@ -91,7 +93,7 @@ async def test_a_stopped_produce_counts_what_kafka_holds(
     assert "interrupted: " in stderr and "Traceback" not in stderr
     acknowledged, unacknowledged, not_sent = summary(stderr)
     assert unacknowledged == 0
-    assert acknowledged == await records_in(broker.bootstrap_servers, collection.reports_topic)
+    assert acknowledged == await records_in(bootstrap, collection.reports_topic)
     assert 0 < acknowledged < USERS and acknowledged + not_sent == USERS
 
 
@@ -127,14 +129,14 @@ async def test_a_stopped_produce_counts_what_the_gateway_took(tmp_path: Path) ->
 
 
 @pytest.fixture
-def own_broker() -> Iterator[EmbeddedBroker]:
-    """A broker of this test alone: it is paused."""
-    with EmbeddedBroker(0) as running:
+def own_kafka() -> Iterator[ApacheKafka]:
+    """An Apache Kafka node of this test alone: it is paused."""
+    with ApacheKafka(1) as running:
         yield running
 
 
 async def test_a_broker_that_stops_answering_ends_produce_with_the_counts(
-    own_broker: EmbeddedBroker, tmp_path: Path
+    own_kafka: ApacheKafka, tmp_path: Path
 ) -> None:
     """The broker freezes mid-run (SIGSTOP): produce gives up after its delivery timeout
     with one error line and status 2; the reports it counts as acknowledged are in the
@@ -142,15 +144,15 @@ async def test_a_broker_that_stops_answering_ends_produce_with_the_counts(
     acknowledged (a frozen broker may still store what it had received)."""
     collection = unique_collection()
     toml = collection_toml(collection, tmp_path / "c.toml")
-    bootstrap = own_broker.bootstrap_servers
+    bootstrap = own_kafka.bootstrap_servers
+    node = own_kafka.pids[1]
     proc = start_produce(toml, "--bootstrap-servers", bootstrap, "--delivery-timeout", "0.5")
-    assert own_broker.process is not None
     try:
         await some_reports_in(bootstrap, collection.reports_topic, proc)
-        own_broker.process.send_signal(signal.SIGSTOP)
+        os.kill(node, signal.SIGSTOP)
         _, stderr = await asyncio.to_thread(proc.communicate, timeout=60)
     finally:
-        own_broker.process.send_signal(signal.SIGCONT)
+        os.kill(node, signal.SIGCONT)
         if proc.poll() is None:
             proc.kill()
             proc.wait()

@@ -15,7 +15,7 @@ import pytest
 
 from kvldp.kafka.properties_file import InvalidPropertiesFile, parse_properties
 
-from support.deploy import CLIENT_FILE
+from support.deploy import CLIENT_FILES
 from support.doc_blocks import first_block
 from support.java_properties import RULES, Rule, java_reading
 
@@ -121,8 +121,11 @@ def test_a_key_that_cannot_be_shown_is_quoted_or_left_out() -> None:
 
 
 def test_the_repositorys_client_files_read_as_java_reads_them(tmp_path: Path) -> None:
-    """The compose stack's client file and the README's example."""
-    files = [CLIENT_FILE.read_bytes(), first_block("README.md", "properties").encode()]
+    """The compose stack's client files and the README's example."""
+    files = [
+        *(path.read_bytes() for path in CLIENT_FILES.values()),
+        first_block("README.md", "properties").encode(),
+    ]
     for data, java in zip(files, java_reading(files, tmp_path), strict=True):
         assert parse_properties(data, "f") == java
         assert isinstance(java, dict) and "sasl.password" in java

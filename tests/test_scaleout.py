@@ -1,4 +1,5 @@
-"""Scale-out on Kafka's own consumer group: workers publish partition snapshots to the
+"""Scale-out on Kafka's own consumer group (on Apache Kafka, whose group coordinator and
+rebalances are the ones deployments meet): workers publish partition snapshots to the
 state topic, an exporter merges them; a rebalance hands state over exactly."""
 
 from __future__ import annotations
@@ -8,15 +9,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from kvldp.aggregator.statetopic import Snapshots, decode, encode
-from kvldp.broker.tansu import EmbeddedBroker
+from kvldp.aggregator.statetopic import Snapshots, StateFollower, StateTopic, decode, encode
+from kvldp.aggregator.topics import STATE_TOPIC_CONFIG
+from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.producer.collector import Collector
+from kvldp.reliability.cluster import count_records
 from kvldp.sim import simulate
 
 from support.pipeline import oracle, scrape, start, unique_collection, wait_for
@@ -30,20 +34,27 @@ def worker(collection: Collection, bootstrap: str) -> Aggregator:
 
 @pytest.mark.asyncio
 async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
-    broker: EmbeddedBroker, tmp_path: Path
+    apache_kafka: ApacheKafka, tmp_path: Path
 ) -> None:
+    bootstrap = apache_kafka.bootstrap_servers
     collection = unique_collection("kvue", 5, partitions=4, windows=["all"])
     users = simulate.simulate(collection, "gaussian", 8_000, seed=5)
-    exporter = MergedExporter(
-        collection, broker.bootstrap_servers, metrics_port=0, refit_interval=0.3, log=lambda _: None
-    )
-    first, second = worker(collection, broker.bootstrap_servers), worker(collection, broker.bootstrap_servers)
+    exporter = MergedExporter(collection, bootstrap, metrics_port=0, refit_interval=0.3, log=lambda _: None)
+    first, second = worker(collection, bootstrap), worker(collection, bootstrap)
     runners = [await start(exporter), await start(first), await start(second)]
     try:
-        async with Collector(collection, broker.bootstrap_servers, rng=np.random.default_rng(5)) as sdk:
+        async with Collector(collection, bootstrap, rng=np.random.default_rng(5)) as sdk:
             await sdk.publish_users(users.rows(0, 4000), simulate.device_ids(4000), batch_size=20)
             await wait_for(lambda: exporter.state.reports_total == 4000, 60, "the first half, merged")
-            assert first.state.partitions and second.state.partitions  # both took a share
+            # the group may still be handing partitions to the second worker: each takes a share
+            await wait_for(
+                lambda: (
+                    bool(first.state.partitions and second.state.partitions)
+                    and len(first.state.partitions) + len(second.state.partitions) == 4
+                ),
+                30,
+                "both workers to own a share",
+            )
             assert not set(first.state.partitions) & set(second.state.partitions)
             # the second worker leaves gracefully: the first takes its partitions over
             runners[2][0].set()
@@ -53,7 +64,7 @@ async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
         await wait_for(
             lambda: len(first.state.partitions) == 4, 30, "the first worker to own every partition"
         )
-        clean = await oracle(collection, broker.bootstrap_servers, tmp_path)
+        clean = await oracle(collection, bootstrap, tmp_path)
         assert exporter.state.all_stats() == clean.all_stats()
         await wait_for(lambda: exporter.exporter.snapshot is not None, 10, "a refit")
         await wait_for(
@@ -75,14 +86,15 @@ async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
 
 @pytest.mark.asyncio
 async def test_a_worker_of_a_budgeted_collection_needs_the_shared_ledger_key(
-    broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Decided when the worker is made, before it connects: no broker at the address."""
     monkeypatch.delenv("KVLDP_LEDGER_KEY", raising=False)
     collection = unique_collection("kvue", 3, max_reports_per_device=1)
     with pytest.raises(KvldpError, match="KVLDP_LEDGER_KEY"):
-        worker(collection, broker.bootstrap_servers)
+        worker(collection, "127.0.0.1:1")
     monkeypatch.setenv("KVLDP_LEDGER_KEY", "shared secret")
-    assert worker(collection, broker.bootstrap_servers).ledger_key == b"shared secret"
+    assert worker(collection, "127.0.0.1:1").ledger_key == b"shared secret"
 
 
 class FakeRecord:
@@ -91,6 +103,40 @@ class FakeRecord:
         self.value = value
         self.timestamp = ts
         self.headers = [("resets", str(resets).encode()), ("next_offset", str(offset).encode())]
+
+
+@pytest.mark.asyncio
+async def test_a_follower_reads_every_partition_of_a_state_topic_on_apache_kafka(
+    apache_kafka: ApacheKafka,
+) -> None:
+    """kvldp creates the state topic with one partition; one an operator made with more is
+    read whole, on Apache Kafka too, where a consumer starts knowing no topic at all."""
+    bootstrap = apache_kafka.bootstrap_servers
+    collection = unique_collection("kvue", 3, partitions=8)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(collection.state_topic, 3, 1, topic_configs=STATE_TOPIC_CONFIG)])
+    finally:
+        await admin.close()
+    publisher = StateTopic(collection, bootstrap)
+    await publisher.start()
+    try:
+        await publisher.publish({p: AggregatorState(collection).partition(p) for p in range(8)})
+    finally:
+        await publisher.stop()
+    held = await count_records(bootstrap, collection.state_topic)
+    assert sum(held.values()) == 8 and held[0] < 8, held  # some snapshots beyond partition 0
+    follower = StateFollower(collection, bootstrap)
+    await follower.start()
+    task = asyncio.create_task(follower.follow())
+    try:
+        assert await follower.caught_up(timeout=30)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await follower.stop()
+    assert sorted(follower.snapshots) == list(range(8))
 
 
 def test_the_current_snapshot_is_the_greatest_epoch_then_offset_never_the_last_written() -> None:

@@ -1,11 +1,12 @@
-"""A collection end to end over TLS (the embedded broker behind stunnel) gives exactly the
-plaintext run's statistics; untrusted certificates and refused SASL logins fail fast with
-one line; the ``broker`` command serves TLS.
+"""A collection end to end over TLS (Apache Kafka's own SSL listener, the session's
+``apache_kafka``) gives exactly the plaintext run's statistics; untrusted certificates
+and refused SASL logins fail fast with one line; the ``broker`` command serves TLS.
 
 SASL logins cannot succeed on the bundled broker (its in-memory storage keeps no SCRAM
 users, see :mod:`kvldp.broker.tansu`), so SASL is tested here by its failure path against a real
-``--authentication`` broker, and by :mod:`tests.test_kafka_config` for the settings that
-reach every client.
+``--authentication`` Tansu broker, by :mod:`tests.test_kafka_acls` for logins that succeed
+(and are refused) on a secured Apache Kafka, and by :mod:`tests.test_kafka_config` for
+the settings that reach every client.
 """
 
 from __future__ import annotations
@@ -21,11 +22,14 @@ from pathlib import Path
 import javaproperties
 import numpy as np
 import pytest
+from aiokafka import TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from cryptography.hazmat.primitives import serialization
 
 from kvldp.aggregator.offline import fold_recording
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
+from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
@@ -37,7 +41,7 @@ from kvldp.sim.record_replay import record
 
 from support import run_kvldp
 from support.pipeline import collection_toml, start, unique_collection, wait_for
-from support.tls import TlsBroker
+from support.tls import TlsBroker, TlsEndpoint, TlsFiles
 
 pytestmark = pytest.mark.asyncio
 
@@ -53,10 +57,10 @@ PASSWORD = "S3cret-not-for-logs"
 FAIL_FAST = REQUEST_TIMEOUT_S / 2
 
 
-def tls_settings(tls: TlsBroker, ca: Path | None = None) -> KafkaConfig:
+def tls_settings(tls: TlsEndpoint, ca: Path | None = None) -> KafkaConfig:
     return kafka_config(
         {
-            "bootstrap.servers": tls.broker.bootstrap_servers,
+            "bootstrap.servers": tls.bootstrap_servers,
             "security.protocol": "SSL",
             "ssl.ca.location": str(ca or tls.certs.ca_pem),
         },
@@ -95,14 +99,34 @@ async def collect(collection: Collection, kafka: KafkaConfig, seed: int = 5) -> 
     return aggregator.state
 
 
+async def delete_every_record(bootstrap: str, collection: Collection) -> None:
+    """Empty ``collection``'s reports topic: its log start moves to its end (Kafka's
+    delete-records up to the high watermark, offset -1)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        partitions = range(collection.aggregate.partitions)
+        await admin.delete_records(
+            {
+                TopicPartition(collection.reports_topic, p): RecordsToDelete(before_offset=-1)
+                for p in partitions
+            },
+            timeout_ms=10_000,
+        )
+    finally:
+        await admin.close()
+
+
 async def test_a_collection_over_tls_equals_the_plaintext_run(
-    broker: EmbeddedBroker, tls_broker: TlsBroker, tmp_path: Path
+    apache_kafka: ApacheKafka, apache_kafka_tls: TlsEndpoint, tmp_path: Path
 ) -> None:
     """The SDK, the aggregator, record and replay (the CLI, with a properties file) all
-    through the TLS endpoint: the same statistics as over plaintext, exactly."""
-    collection = unique_collection("pckv_grr", 5, windows=["all"])
-    plain = await collect(collection, KafkaConfig.plaintext(broker.bootstrap_servers))
-    secure_settings = tls_settings(tls_broker)
+    through the TLS listener: the same statistics as over plaintext, exactly. The
+    plaintext run has a collection of its own (the same but for the name); the recording
+    is replayed into its own topic once that is emptied."""
+    plain_collection, collection = (unique_collection("pckv_grr", 5, windows=["all"]) for _ in range(2))
+    plain = await collect(plain_collection, KafkaConfig.plaintext(apache_kafka.bootstrap_servers))
+    secure_settings = tls_settings(apache_kafka_tls)
     secure = await collect(collection, secure_settings)
     assert secure.all_stats() == plain.all_stats()
     assert secure.reports_total == plain.reports_total == USERS
@@ -112,42 +136,39 @@ async def test_a_collection_over_tls_equals_the_plaintext_run(
     assert messages == USERS
     assert fold_recording(collection, recording).all_stats() == plain.all_stats()
 
-    certs = tls_broker.certs
-    with EmbeddedBroker(0, tls_cert=certs.server_cert_pem, tls_key=certs.server_key_pem) as fresh:
-        client = properties(
-            tmp_path / "client.properties",
-            {
-                "bootstrap.servers": fresh.bootstrap_servers,
-                "security.protocol": "SSL",
-                "ssl.ca.location": str(certs.ca_pem),
-            },
-        )
-        aggregator = Aggregator(
-            collection, tls_settings(TlsBroker(fresh, certs)), metrics_port=0, log=lambda _: None
-        )
-        stop, task = await start(aggregator)
-        try:
-            done = await asyncio.to_thread(run_kvldp, "replay", str(recording), "--kafka-config", str(client))
-            assert done.returncode == 0, done.stderr
-            assert f"replayed {USERS} messages" in done.stderr
-            await wait_for(lambda: aggregator.state.reports_total == USERS, 60, "the replayed reports folded")
-        finally:
-            stop.set()
-            await task
+    await delete_every_record(apache_kafka.bootstrap_servers, collection)
+    client = properties(
+        tmp_path / "client.properties",
+        {
+            "bootstrap.servers": apache_kafka_tls.bootstrap_servers,
+            "security.protocol": "SSL",
+            "ssl.ca.location": str(apache_kafka_tls.certs.ca_pem),
+        },
+    )
+    aggregator = Aggregator(collection, secure_settings, metrics_port=0, log=lambda _: None)
+    stop, task = await start(aggregator)
+    try:
+        done = await asyncio.to_thread(run_kvldp, "replay", str(recording), "--kafka-config", str(client))
+        assert done.returncode == 0, done.stderr
+        assert f"replayed {USERS} messages" in done.stderr
+        await wait_for(lambda: aggregator.state.reports_total == USERS, 60, "the replayed reports folded")
+    finally:
+        stop.set()
+        await task
     assert aggregator.state.all_stats() == plain.all_stats()
 
 
 async def test_an_untrusted_broker_certificate_is_one_clear_line(
-    tls_broker: TlsBroker, tmp_path: Path
+    apache_kafka_tls: TlsEndpoint, tmp_path: Path
 ) -> None:
     collection = unique_collection("kvue", 3)
     toml = collection_toml(collection, tmp_path / "c.toml")
     wrong_ca = properties(
         tmp_path / "wrong-ca.properties",
         {
-            "bootstrap.servers": tls_broker.broker.bootstrap_servers,
+            "bootstrap.servers": apache_kafka_tls.bootstrap_servers,
             "security.protocol": "SSL",
-            "ssl.ca.location": str(tls_broker.certs.other_ca_pem),
+            "ssl.ca.location": str(apache_kafka_tls.certs.other_ca_pem),
         },
     )
     commands = [
@@ -167,7 +188,7 @@ async def test_an_untrusted_broker_certificate_is_one_clear_line(
         assert "ssl.ca.location" in line, line
     with pytest.raises(KafkaStartError, match="is not trusted"):
         async with Collector(
-            collection, kafka_config=tls_settings(tls_broker, tls_broker.certs.other_ca_pem)
+            collection, kafka_config=tls_settings(apache_kafka_tls, apache_kafka_tls.certs.other_ca_pem)
         ):
             pass
 
@@ -177,7 +198,9 @@ async def test_a_refused_sasl_login_is_one_clear_line_never_a_hang(
     sasl_broker: EmbeddedBroker, sasl_tls_broker: TlsBroker, tmp_path: Path, over_tls: bool
 ) -> None:
     """The bundled broker refuses every SCRAM login (no user can be stored), so this is the
-    wrong-password case: each command fails within seconds, one line, no secret in it."""
+    wrong-password case: each command fails within seconds, one line, no secret in it.
+    (On Tansu: the refusal users of the embedded broker meet; tests/test_kafka_acls.py
+    has Apache Kafka's.)"""
     collection = unique_collection("kvue", 3)
     toml = collection_toml(collection, tmp_path / "c.toml")
     entries = {
@@ -209,9 +232,10 @@ async def test_a_refused_sasl_login_is_one_clear_line_never_a_hang(
         assert PASSWORD not in done.stderr + done.stdout
 
 
-async def test_broker_command_serves_tls(tls_broker: TlsBroker, tmp_path: Path) -> None:
-    """``kvldp broker --tls-cert --tls-key``: a client trusting the CA publishes through it."""
-    certs = tls_broker.certs
+async def test_broker_command_serves_tls(tls_files: TlsFiles, tmp_path: Path) -> None:
+    """``kvldp broker --tls-cert --tls-key``: a client trusting the CA publishes through it
+    (the embedded broker's command: ``--apache`` serves plain TCP)."""
+    certs = tls_files
     proc = subprocess.Popen(
         [
             *(sys.executable, "-P", "-m", "kvldp", "broker", "--port", "0"),
@@ -250,8 +274,9 @@ async def test_broker_command_serves_tls(tls_broker: TlsBroker, tmp_path: Path) 
 
 async def test_a_login_the_broker_drops_names_the_sasl_settings(sasl_broker: EmbeddedBroker) -> None:
     """A broker that closes the connection during the login (here: Tansu does not offer
-    PLAIN) leaves aiokafka with "Unable to bootstrap"; the broker still accepts
-    connections, so the error points at the SASL settings, not at the address."""
+    PLAIN, a refusal only Tansu gives) leaves aiokafka with "Unable to bootstrap"; the
+    broker still accepts connections, so the error points at the SASL settings, not at
+    the address."""
     settings = kafka_config(
         {
             "bootstrap.servers": sasl_broker.bootstrap_servers,
@@ -269,10 +294,12 @@ async def test_a_login_the_broker_drops_names_the_sasl_settings(sasl_broker: Emb
     assert "sasl.mechanism" in str(caught.value) and PASSWORD not in str(caught.value)
 
 
-async def test_secrets_reach_no_log_checkpoint_or_metric(tls_broker: TlsBroker, tmp_path: Path) -> None:
+async def test_secrets_reach_no_log_checkpoint_or_metric(
+    apache_kafka_tls: TlsEndpoint, tmp_path: Path
+) -> None:
     """A client certificate whose key is encrypted with a passphrase: the aggregator runs
     with it, and the passphrase is in none of its log lines, its checkpoint or /metrics."""
-    certs = tls_broker.certs
+    certs = apache_kafka_tls.certs
     key = serialization.load_pem_private_key(certs.client_key_pem.read_bytes(), None)
     encrypted = tmp_path / "client.key"
     encrypted.write_bytes(
@@ -284,7 +311,7 @@ async def test_secrets_reach_no_log_checkpoint_or_metric(tls_broker: TlsBroker, 
     )
     settings = kafka_config(
         {
-            "bootstrap.servers": tls_broker.broker.bootstrap_servers,
+            "bootstrap.servers": apache_kafka_tls.bootstrap_servers,
             "security.protocol": "SSL",
             "ssl.ca.location": str(certs.ca_pem),
             "ssl.certificate.location": str(certs.client_cert_pem),
@@ -319,14 +346,14 @@ def scrape_text(port: int) -> str:
         return str(response.read().decode())
 
 
-async def test_demo_runs_on_a_named_cluster_over_tls(tls_broker: TlsBroker, tmp_path: Path) -> None:
+async def test_demo_runs_on_a_named_cluster_over_tls(apache_kafka_tls: TlsEndpoint, tmp_path: Path) -> None:
     """``kvldp demo --kafka-config``: no embedded broker; the demo's topics are its own."""
     client = properties(
         tmp_path / "client.properties",
         {
-            "bootstrap.servers": tls_broker.broker.bootstrap_servers,
+            "bootstrap.servers": apache_kafka_tls.bootstrap_servers,
             "security.protocol": "SSL",
-            "ssl.ca.location": str(tls_broker.certs.ca_pem),
+            "ssl.ca.location": str(apache_kafka_tls.certs.ca_pem),
         },
     )
     done = await asyncio.to_thread(
@@ -336,5 +363,5 @@ async def test_demo_runs_on_a_named_cluster_over_tls(tls_broker: TlsBroker, tmp_
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert f"broker: {tls_broker.broker.bootstrap_servers} (SSL) (external)" in done.stdout
+    assert f"broker: {apache_kafka_tls.bootstrap_servers} (SSL) (external)" in done.stdout
     assert "1000/1000 reports folded" in done.stdout

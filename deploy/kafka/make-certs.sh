@@ -9,7 +9,7 @@
 #               one file, what Kafka reads as ssl.keystore.type=PEM
 #   ca.crt      the CA (ssl.truststore.type=PEM; used only if client certificates are required)
 # CA_DIR (volume kafka-ca, mounted read-only into the kvldp containers) gets
-#   ca.crt      what clients trust: ssl.ca.location in kafka-client.properties
+#   ca.crt      what clients trust: ssl.ca.location in the files of deploy/kafka-clients
 #
 # The broker certificate names kafka (the address inside the compose network), localhost
 # and 127.0.0.1 (the published port), so clients keep checking the host name

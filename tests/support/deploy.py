@@ -1,11 +1,14 @@
 """The compose stack of deploy/ as the deployment tests read it, without a Docker engine.
 
-The parsed ``docker-compose.yml`` and the paths of its scripts and client file, and the
-helpers that answer questions about them: compose's variable interpolation, a service's
-mounts, command-line options and dependencies, and the broker's ``KAFKA_*`` environment
-rendered as server.properties the way the apache/kafka image does. Shared by
-:mod:`tests.test_deploy` (the stack), :mod:`tests.test_deploy_kafka` (the Kafka settings)
-and :mod:`tests.test_deploy_scripts` (the scripts, run for real).
+The parsed ``docker-compose.yml`` and the paths of its scripts and client files (one per
+Kafka principal), and the helpers that answer questions about them: compose's variable
+interpolation, a service's mounts, command-line options and dependencies, and the
+broker's ``KAFKA_*`` environment rendered as server.properties the way the apache/kafka
+image does, with those of its settings that a broker on this machine's loopback cannot
+take. Shared by :mod:`tests.test_deploy` (the stack), :mod:`tests.test_deploy_kafka` (the
+Kafka settings), :mod:`tests.test_deploy_scripts` (the scripts, run against stand-ins),
+:mod:`tests.test_deploy_acls` (the broker's part, run against Apache Kafka) and
+:mod:`tests.test_kafka_acls`.
 """
 
 from __future__ import annotations
@@ -31,7 +34,13 @@ KVLDP_IMAGE = "kvldp:0.1.0"
 KVLDP_SERVICES = {
     n: s for n, s in SERVICES.items() if s.get("image") == KVLDP_IMAGE and "entrypoint" not in s
 }
-CLIENT_FILE = DEPLOY / "kafka-client.properties"
+#: the client files, one per principal of the stack, as the broker mounts them
+CLIENT_DIR = DEPLOY / "kafka-clients"
+#: each role's client file: ``ingest`` (the gateway, the simulated fleets) writes the
+#: reports topics, ``aggregator`` reads them and owns the collections' other topics
+CLIENT_FILES = {role: CLIENT_DIR / f"{role}.properties" for role in ("ingest", "aggregator")}
+#: where every kvldp service finds its client file
+CLIENT_PATH = "/etc/kvldp/kafka-client.properties"
 CERTS_SCRIPT = DEPLOY / "kafka" / "make-certs.sh"
 START_SCRIPT = DEPLOY / "kafka" / "kafka-start.sh"
 # compose's ${NAME}, ${NAME:-default} and ${NAME-default}; $$ is a literal $
@@ -111,8 +120,54 @@ def protocols() -> dict[str, str]:
     return dict(item.split(":") for item in broker_properties()["listener.security.protocol.map"].split(","))
 
 
-def client_properties() -> dict[str, str]:
-    return parse_properties(CLIENT_FILE.read_bytes(), str(CLIENT_FILE))
+def client_properties(role: str) -> dict[str, str]:
+    """The entries of ``role``'s client file, as kvldp reads them."""
+    path = CLIENT_FILES[role]
+    return parse_properties(path.read_bytes(), str(path))
+
+
+def client_role(service: dict[str, Any]) -> str:
+    """The role whose client file ``service`` mounts at :data:`CLIENT_PATH`."""
+    source = mounted_file(service, CLIENT_PATH)
+    assert source is not None, f"{CLIENT_PATH} is not a file mounted from deploy/"
+    (role,) = [r for r, path in CLIENT_FILES.items() if path.resolve() == source.resolve()]
+    return role
+
+
+def collections_with_acls() -> list[str]:
+    """The collections the broker's start script grants ACLs on (``KVLDP_COLLECTIONS``)."""
+    return broker_env()["KVLDP_COLLECTIONS"].split(" ")
+
+
+#: deploy/'s broker settings (docker-compose.yml's KAFKA_* as the image renders them) that
+#: do not apply to a node on this machine's loopback, and why
+NOT_APPLICABLE = {
+    # the container's identity and storage: kvldp's node has its own id, a random
+    # cluster id at format time and a temporary directory
+    "node.id": "the node's id is kvldp's",
+    "process.roles": "kvldp's nodes are broker and controller already",
+    "log.dirs": "a path in the container's volume",
+    # addresses: container host names and fixed ports; kvldp's node has the same listener
+    # shape (a SASL listener CLIENT for clients, PLAINTEXT on loopback for the admin and
+    # inter-broker traffic, CONTROLLER) on free loopback ports
+    "listeners": "container host names and fixed ports",
+    "advertised.listeners": "container host names and fixed ports",
+    "listener.security.protocol.map": "SASL_SSL needs the certs volume; here CLIENT is SASL_PLAINTEXT",
+    "inter.broker.listener.name": "INTERNAL is kvldp's PLAINTEXT listener",
+    "controller.listener.names": "the same name, CONTROLLER, on kvldp's port",
+    "controller.quorum.voters": "kvldp's node bootstraps its quorum on its own controller port",
+    "listener.name.external.scram-sha-512.sasl.jaas.config": "no EXTERNAL listener: one loopback SASL listener",
+    # TLS: PEM files of the certs volume (their TLS is tested in test_deploy_scripts)
+    "ssl.keystore.type": "no TLS listener here",
+    "ssl.keystore.location": "a path in the certs volume",
+    "ssl.truststore.type": "no TLS listener here",
+    "ssl.truststore.location": "a path in the certs volume",
+}
+
+
+def deploy_settings() -> dict[str, str]:
+    """deploy/'s broker properties that apply to a loopback node."""
+    return {k: v for k, v in broker_properties().items() if k not in NOT_APPLICABLE}
 
 
 def depends(name: str) -> set[str]:

@@ -16,6 +16,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.collection_file import collection_toml as to_toml
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.control_record import Control, InvalidControl, control_topic, decode_control
+from kvldp.kafka.topic_partitions import topic_partitions
 from kvldp.reliability.oracle import replay_oracle as oracle
 from kvldp.reliability.processes import scrape
 
@@ -147,9 +148,9 @@ async def topic_size(bootstrap: str, topic: str) -> int:
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        if topic not in await consumer.topics():  # fetches the cluster's metadata
+        partitions = consumer.partitions_for_topic(topic) or await topic_partitions(bootstrap, topic)
+        if not partitions:
             return 0
-        partitions = consumer.partitions_for_topic(topic) or set()
         ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
         return int(sum(ends.values()))
     finally:

@@ -1,6 +1,6 @@
 """Throw-away certificates for the TLS tests (trustme): a CA, a server certificate for
 127.0.0.1 and localhost, a client certificate from the same CA, and an unrelated CA; and
-the running TLS broker the session fixtures of ``conftest.py`` hand out."""
+the running TLS brokers the fixtures of ``conftest.py`` hand out."""
 
 from __future__ import annotations
 
@@ -55,4 +55,12 @@ class TlsBroker(NamedTuple):
     """A running TLS broker and the certificates it serves (``certs.ca_pem`` signed them)."""
 
     broker: EmbeddedBroker
+    certs: TlsFiles
+
+
+class TlsEndpoint(NamedTuple):
+    """A running broker's TLS address and the certificates it serves (``certs.ca_pem``
+    signed them)."""
+
+    bootstrap_servers: str
     certs: TlsFiles

@@ -16,8 +16,12 @@ Which snapshot is current. Every snapshot carries its epoch (``resets``) and
 ``next_offset`` as record headers, and readers keep, per partition, the one with the
 greatest ``(epoch, next_offset)`` — the newest on ties. Every snapshot is the fold of a
 prefix of the same partition, so this is always a consistent state, and a stalled
-"zombie" worker that publishes late cannot move the partition backwards. Readers read
-every record, so they are also correct on brokers that do not compact (Tansu).
+"zombie" worker that publishes late cannot move a running reader's partition backwards.
+Compaction keeps the last snapshot *written* per key, though: until the partition's owner
+publishes again, a zombie's late snapshot may be the only one left, and the next owner
+then reads on from its older offset — exact all the same (a consistent prefix), as long
+as the topic's retention still holds the records after it. Readers read every record, so
+they are also correct on brokers that do not compact (Tansu).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
 from kvldp.kafka.reachability import PROBE_INTERVAL_S, transient
+from kvldp.kafka.topic_partitions import topic_partitions
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
 MAX_SNAPSHOT_BYTES = 64 << 20
@@ -169,10 +174,13 @@ class StateFollower:
     async def start(self) -> None:
         """Start at the beginning of the (existing) state topic."""
         await start_or_close(self._consumer, self.kafka)
-        partitions = self._consumer.partitions_for_topic(self.topic)
-        if not partitions:
-            await self._consumer.topics()
-            partitions = self._consumer.partitions_for_topic(self.topic) or {0}
+        # what the consumer was told at start (Tansu), else the cluster's answer (Apache
+        # Kafka); a topic not created yet has the one partition kvldp creates it with
+        partitions = (
+            self._consumer.partitions_for_topic(self.topic)
+            or await topic_partitions(self.kafka, self.topic)
+            or {0}
+        )
         self._tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         self._consumer.assign(self._tps)
         await self._consumer.seek_to_beginning(*self._tps)

@@ -27,6 +27,15 @@ readiness probe, :meth:`ApacheKafka.allow` (``AclCommand``) and the tools of
 :meth:`ApacheKafka.tool_command` use. :attr:`ApacheKafka.sasl_bootstrap_servers` is what
 clients with a user's :meth:`ApacheKafka.client_properties` connect to.
 
+TLS (``tls=KafkaTls(cert, key)``): each node also serves an SSL listener, ``SSL``, with
+the PEM certificate and private key given, as Kafka reads them natively
+(``ssl.keystore.type=PEM``, no Java keystore to build); clients check the certificate
+against the CA that signed it, and :attr:`ApacheKafka.tls_bootstrap_servers` is where
+they connect. Kafka's PEM keystore takes PKCS#8 keys only: a key in another unencrypted
+PEM form (OpenSSL's traditional ``BEGIN EC/RSA PRIVATE KEY``, which stunnel and the
+embedded broker take) is converted when the node's settings are written. The plaintext
+listener stays, as the admin and inter-broker listener.
+
 The cluster counts as started once it accepts writes (:mod:`kvldp.broker.kafka_ready`):
 every node is a registered broker and a record produced with ``acks=all`` to
 :data:`~kvldp.broker.kafka_ready.PROBE_TOPIC` is acknowledged. Stopping terminates every
@@ -57,6 +66,7 @@ from types import TracebackType
 from typing import IO
 
 import javaproperties
+from cryptography.hazmat.primitives import serialization
 
 from kvldp.broker.child_process import (
     HOST,
@@ -70,7 +80,7 @@ from kvldp.broker.child_process import (
 from kvldp.broker.kafka_install import java_binary, kafka_libs
 from kvldp.broker.kafka_ready import wait_accepts_writes
 
-__all__ = ["ApacheKafka", "KafkaNode", "KafkaSecurity", "ScramUser"]
+__all__ = ["ApacheKafka", "KafkaNode", "KafkaSecurity", "KafkaTls", "ScramUser"]
 
 #: the JVM options of every node and tool: a modest heap, and a start-up that favours
 #: starting fast over peak throughput (docs: the times measured with and without)
@@ -157,6 +167,39 @@ class KafkaSecurity:
         ]
 
 
+@dataclass(frozen=True)
+class KafkaTls:
+    """The SSL listener of an :class:`ApacheKafka`: its certificate (PEM, the chain a client
+    checks against its CA) and the certificate's private key (PEM, unencrypted)."""
+
+    cert: Path
+    key: Path
+
+    def keystore_properties(self) -> dict[str, str]:
+        """The SSL listener's PEM keystore, inline: the certificate chain and the key as
+        PKCS#8 (the only form Kafka's PEM keystore reads)."""
+        for what, path in (("certificate", self.cert), ("private key", self.key)):
+            if not path.is_file():
+                raise BrokerError(f"the TLS {what} {path} does not exist (or is not a file)")
+        chain = self.cert.read_text(encoding="ascii", errors="replace")
+        if "-----BEGIN CERTIFICATE-----" not in chain:
+            raise BrokerError(f"the TLS certificate {self.cert} holds no PEM certificate")
+        try:
+            key = serialization.load_pem_private_key(self.key.read_bytes(), password=None)
+        except (ValueError, TypeError) as exc:
+            raise BrokerError(
+                f"the TLS private key {self.key} is no unencrypted PEM private key: {exc}"
+            ) from None
+        pkcs8 = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ).decode("ascii")
+        return {
+            "listener.name.ssl.ssl.keystore.type": "PEM",
+            "listener.name.ssl.ssl.keystore.certificate.chain": chain.strip(),
+            "listener.name.ssl.ssl.keystore.key": pkcs8.strip(),
+        }
+
+
 def kafka_uuid() -> str:
     """A random id in Kafka's text form (``Uuid.toString``: 16 bytes, URL-safe base64,
     unpadded), drawn again while it starts with ``-`` as Kafka's ``Uuid.randomUuid`` does:
@@ -182,6 +225,8 @@ class KafkaNode:
     directory: Path
     #: the SASL_PLAINTEXT listener's port of a secured cluster (0: none)
     sasl_port: int = 0
+    #: the SSL listener's port of a cluster with TLS (0: none)
+    tls_port: int = 0
     directory_id: str = field(default_factory=kafka_uuid)
     process: subprocess.Popen[bytes] | None = None
     log: IO[bytes] | None = None
@@ -224,10 +269,12 @@ class ApacheKafka:
         startup_timeout: float = 120.0,
         security: KafkaSecurity | None = None,
         extra_properties: dict[str, str] | None = None,
+        tls: KafkaTls | None = None,
     ) -> None:
         if nodes < 1:
             raise BrokerError(f"an Apache Kafka cluster needs at least one node, not {nodes}")
         self.security = security
+        self.tls = tls
         #: server properties merged over kvldp's own into every node's (e.g. deploy/'s broker settings)
         self.extra_properties = dict(extra_properties or {})
         self.node_count = nodes
@@ -248,6 +295,13 @@ class ApacheKafka:
         if self.security is None:
             raise BrokerError("this Apache Kafka cluster is not secured: it has no SASL listener")
         return ",".join(f"{HOST}:{node.sasl_port}" for node in self.nodes.values())
+
+    @property
+    def tls_bootstrap_servers(self) -> str:
+        """The SSL listeners' addresses of a cluster with TLS."""
+        if self.tls is None:
+            raise BrokerError("this Apache Kafka cluster has no TLS listener")
+        return ",".join(f"{HOST}:{node.tls_port}" for node in self.nodes.values())
 
     def client_properties(self, user: str) -> dict[str, str]:
         """A kvldp client file's settings logging in as SCRAM user ``user`` on the SASL listener."""
@@ -363,6 +417,7 @@ class ApacheKafka:
                 free_port(),
                 directory / f"node-{i}",
                 sasl_port=free_port() if self.security is not None else 0,
+                tls_port=free_port() if self.tls is not None else 0,
             )
             for i in range(1, self.node_count + 1)
         }
@@ -379,12 +434,20 @@ class ApacheKafka:
     def _server_properties(self, node: KafkaNode) -> dict[str, str]:
         replicas = min(self.node_count, 3)
         in_sync = min(replicas, 2)
+        # (name, security protocol, port) of each listener clients reach, the admin's first
+        listeners = [("PLAINTEXT", "PLAINTEXT", node.port)]
+        if node.sasl_port:
+            listeners.append(("CLIENT", "SASL_PLAINTEXT", node.sasl_port))
+        if node.tls_port:
+            listeners.append(("SSL", "SSL", node.tls_port))
+        advertised = ",".join(f"{name}://{HOST}:{port}" for name, _, port in listeners)
+        protocols = ",".join(f"{name}:{protocol}" for name, protocol, _ in listeners)
         return {
             "process.roles": "broker,controller",
             "node.id": str(node.node_id),
-            "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{node.address}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listeners": f"{advertised},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map": f"{protocols},CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
             "controller.quorum.bootstrap.servers": ",".join(
@@ -405,19 +468,16 @@ class ApacheKafka:
             # a killed node is fenced, and may register again after a restart, within 3 s (not 9)
             "broker.session.timeout.ms": "3000",
             "broker.heartbeat.interval.ms": "500",
-            **self._security_properties(node),
+            **self._security_properties(),
+            **(self.tls.keystore_properties() if self.tls is not None else {}),
             **self.extra_properties,
         }
 
-    def _security_properties(self, node: KafkaNode) -> dict[str, str]:
-        """A secured node's SASL listener ``CLIENT``, its SCRAM login and the authorizer."""
+    def _security_properties(self) -> dict[str, str]:
+        """A secured node's SCRAM login on its SASL listener ``CLIENT``, and the authorizer."""
         if self.security is None:
             return {}
-        client = f"CLIENT://{HOST}:{node.sasl_port}"
         return {
-            "listeners": f"PLAINTEXT://{HOST}:{node.port},{client},CONTROLLER://{HOST}:{node.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{node.address},{client}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CLIENT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
             "sasl.enabled.mechanisms": SCRAM_MECHANISM,
             f"listener.name.client.{SCRAM_MECHANISM.lower()}.sasl.jaas.config": (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -489,7 +549,7 @@ class ApacheKafka:
 
     def _wait_listening(self, node: KafkaNode, deadline: float) -> None:
         assert node.process is not None and node.log is not None
-        for port in (node.controller_port, node.port, *([node.sasl_port] if node.sasl_port else [])):
+        for port in (node.controller_port, node.port, *(p for p in (node.sasl_port, node.tls_port) if p)):
             wait_listening(
                 node.process,
                 node.log,
@@ -521,12 +581,23 @@ class ApacheKafka:
     def restart(self, node_id: int, timeout: float = 60.0) -> None:
         """Start a killed node again on its ports and storage, and wait until the cluster,
         that node included, accepts writes again."""
+        self.relaunch(node_id)
+        self.wait_rejoined(node_id, timeout)
+
+    def relaunch(self, node_id: int) -> None:
+        """Start a killed node again on its ports and storage without waiting for it: the
+        first half of :meth:`restart`, for callers that wait in another thread (the node's
+        parent-death signal follows the thread that launches it)."""
         node = self._node(node_id)
         if node.alive():
             raise BrokerError(f"Kafka node {node_id} is still running: kill it first")
-        deadline = time.monotonic() + timeout
         self._launch(node)
-        self._wait_listening(node, deadline)
+
+    def wait_rejoined(self, node_id: int, timeout: float = 60.0) -> None:
+        """Wait until a relaunched node listens and the cluster, that node included,
+        accepts writes again: the second half of :meth:`restart`."""
+        deadline = time.monotonic() + timeout
+        self._wait_listening(self._node(node_id), deadline)
         self._wait_ready(deadline)
 
     def _node(self, node_id: int) -> KafkaNode:

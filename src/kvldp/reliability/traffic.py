@@ -41,10 +41,16 @@ async def publish(
     progress: list[int] | None = None,
 ) -> int:
     """Publish ``messages`` in order, at most ``rate`` messages per second, each send
-    acknowledged before returning; ``progress[0]`` counts messages sent so far."""
+    acknowledged before returning; ``progress[0]`` counts messages sent so far.
+
+    Sent as the device SDK sends (:mod:`kvldp.producer.collector`): acknowledged by every
+    in-sync replica (``acks=all``, so a leader failover loses nothing acknowledged) and
+    without producer idempotence, so a retry whose first attempt was written can leave a
+    record twice in the topic (the aggregator drops the copy by its report ids)."""
     producer = AIOKafkaProducer(
         bootstrap_servers=bootstrap,
         client_id="kvldp-reliability",
+        acks="all",
         linger_ms=5,
         max_request_size=8 << 20,
         enable_idempotence=False,

@@ -25,6 +25,7 @@ from kvldp.common.errors import KvldpError
 from kvldp.common.recording import RecordedMessage, read_recording, write_header, write_record
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.topic_partitions import topic_partitions
 
 
 async def record(
@@ -41,9 +42,8 @@ async def record(
     count = 0
     try:
         partitions = consumer.partitions_for_topic(collection.reports_topic)
-        if not partitions:
-            await consumer.topics()  # refresh metadata once
-            partitions = consumer.partitions_for_topic(collection.reports_topic)
+        if not partitions:  # what the consumer was told at start (Tansu), or else ask
+            partitions = await topic_partitions(settings, collection.reports_topic)
         if not partitions:
             raise FileNotFoundError(f"topic {collection.reports_topic} does not exist")
         tps = [TopicPartition(collection.reports_topic, p) for p in sorted(partitions)]

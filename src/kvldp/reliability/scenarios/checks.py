@@ -2,10 +2,13 @@
 
 :func:`fold_parts` is the independent fold of the reports a scenario published (computed
 without Kafka); :func:`compare` checks an aggregator's integer statistics against it and
-against the linear-replay oracle of :mod:`kvldp.reliability.oracle`.
+against the linear-replay oracle of :mod:`kvldp.reliability.oracle`; :func:`check_canaries`
+checks the statistics of canary reports (one per cell) cell by cell.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
@@ -34,3 +37,14 @@ def compare(outcome: Outcome, got: AggregatorState, oracle: AggregatorState, exp
     )
     outcome.figures["reports_folded"] = got.reports_total
     outcome.figures["oracle_reports"] = oracle.reports_total
+
+
+def check_canaries(outcome: Outcome, got: AggregatorState, cells: int) -> None:
+    """Every one of ``cells`` canaries counted exactly once (above 1: double counted; 0: lost)."""
+    counts = got.all_stats().arrays["counts"][:cells]
+    top = int(counts.max(initial=0))
+    outcome.check(top <= 1, f"no canary counted twice (max cell {top})")
+    outcome.check(
+        counts.size == cells and int(counts.min()) >= 1,
+        f"no canary lost ({cells - int(np.count_nonzero(counts))} cells empty)",
+    )

@@ -65,3 +65,8 @@ async def drain(
 async def checkpointed_after(proc: AggregatorProcess, mark: float) -> bool:
     samples = await asyncio.to_thread(proc.samples)
     return total(samples, "kvldp_last_checkpoint_timestamp_seconds") > mark
+
+
+async def sent(progress: list[int], count: int) -> bool:
+    """:func:`~kvldp.reliability.traffic.publish`'s progress has reached ``count`` messages."""
+    return progress[0] >= count
