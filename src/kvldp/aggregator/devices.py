@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.aggregator.tag_index import TagIndex
+from kvldp.aggregator.tag_index import RowCounts, TagIndex
 from kvldp.common.collection import Collection
 from kvldp.common.schema import ReportBatch
 
@@ -113,90 +113,86 @@ class Retraction:
 
 
 class DeviceBook:
-    """Per device (a row of :class:`~kvldp.aggregator.tag_index.TagIndex`, in order of
-    arrival): what it was charged and (memoized) its latest report; and the (device,
-    payload) hashes already charged. Every step of :meth:`record` costs in proportion to
-    the fetch, not to the devices held: rows are found by hashing and new devices appended.
+    """Per device, by its row of the partition's :class:`~kvldp.aggregator.tag_index.TagIndex`
+    (:attr:`PartitionState.devices`): what it was charged and (memoized) its latest
+    report; and the (device, payload) hashes already charged. Every step of
+    :meth:`record` costs in proportion to the fetch, not to the devices held.
+
+    Rows of devices the book never charged (the budget ledger's alone) hold 0 charges and
+    no latest report.
     """
 
     def __init__(
         self,
-        tags: U64 | None = None,
-        charged: I64 | None = None,
+        charged: RowCounts | None = None,
         latest_bucket: I64 | None = None,
         latest: ReportBatch | None = None,
         pairs: U64 | None = None,
     ) -> None:
-        self.index = TagIndex(tags)
+        self.charged = charged or RowCounts()
         self.pairs = TagIndex(pairs)
-        n = len(self.index)
-        self._charged = np.zeros(n, np.int64) if charged is None else np.asarray(charged, np.int64).copy()
-        self._bucket = (
-            np.zeros(n, np.int64) if latest_bucket is None else np.asarray(latest_bucket, np.int64).copy()
-        )
-        self._latest: ReportBatch = {name: column.copy() for name, column in (latest or {}).items()}
+        self._bucket = np.zeros(0, np.int64) if latest_bucket is None else np.asarray(latest_bucket, np.int64)
+        self._latest: ReportBatch = dict(latest or {})
+        self._rows = self._bucket.shape[0] if self._latest else 0
 
     @property
-    def tags(self) -> U64:
-        """Every device's tag, by row."""
-        return self.index.tags
+    def nbytes(self) -> int:
+        """Bytes held, with the room to grow (the partition's device index aside)."""
+        held = self.charged.nbytes + self.pairs.nbytes + self._bucket.nbytes
+        return int(held + sum(column.nbytes for column in self._latest.values()))
 
-    @property
-    def row_nbytes(self) -> int:
-        """Bytes held by the per-device arrays (with their room to grow), the index aside."""
-        return int(self._charged.nbytes + self._bucket.nbytes + sum(c.nbytes for c in self._latest.values()))
+    def spent(self, rows: int) -> I64:
+        """The charges of every device the book charged (of rows ``0 .. rows - 1``)."""
+        charged = self.charged.values(rows)
+        return charged[charged > 0]
 
-    @property
-    def charged(self) -> I64:
-        """What every device was charged, by row."""
-        return self._charged[: len(self.index)]
-
-    @property
-    def latest_bucket(self) -> I64:
-        """The bucket every device's latest report was folded into (memoized), by row."""
-        return self._bucket[: len(self.index)] if self._latest else self._bucket[:0]
-
-    @property
-    def latest(self) -> ReportBatch:
-        """Every device's latest report (memoized), by row."""
-        return {name: column[: len(self.index)] for name, column in self._latest.items()}
+    def latest_of(self, rows: int) -> tuple[I64, ReportBatch]:
+        """(the bucket of every row's latest report, those reports), rows ``0 .. rows - 1``
+        (memoized collections; a row without one has bucket ``_UNSET``)."""
+        self._fit(rows, None)
+        return self._bucket[:rows], {name: column[:rows] for name, column in self._latest.items()}
 
     def _fit(self, rows: int, template: ReportBatch | None) -> None:
-        """Room for ``rows`` rows in every array (doubling), new rows blank: nothing
-        charged, no latest report (``template``: the columns of a memoized report)."""
-        capacity = self._charged.shape[0]
-        size = capacity if rows <= capacity else max(rows, 2 * capacity, 16)
-        if size != capacity:
-            self._charged = _grown(self._charged, size, 0)
-        if template is not None and (size != capacity or not self._latest):
-            self._bucket = _grown(self._bucket if self._latest else self._bucket[:0], size, _UNSET)
-            self._latest = {
-                name: _grown(self._latest.get(name, column[:0]), size, 0) for name, column in template.items()
-            }
+        """Room for ``rows`` rows of latest reports (doubling), new rows without one
+        (``template``: the columns of a memoized report, for a book that has none yet)."""
+        if not self._latest and template is None:
+            return
+        capacity = self._bucket.shape[0] if self._latest else 0
+        if rows <= capacity:
+            return
+        size = max(rows, 2 * capacity, 16)
+        self._bucket = _grown(self._bucket[:capacity], size, _UNSET)
+        columns = self._latest or {name: column[:0] for name, column in (template or {}).items()}
+        self._latest = {name: _grown(column, size, 0) for name, column in columns.items()}
 
     def record(
-        self, tags: U64, rows: ReportBatch, buckets: I64 | None, memoize: bool, distinct: bool
+        self,
+        rows: I64,
+        tags: U64,
+        reports: ReportBatch,
+        buckets: I64 | None,
+        memoize: bool,
+        distinct: bool,
     ) -> Retraction | None:
-        """Charge the rows' devices, each distinct payload once when ``distinct``
-        (:func:`charges_distinct_payloads`), else every report; for a memoized collection,
-        also make every row its device's latest report and return what it replaces (rows
-        in message order)."""
-        if not tags.size:
+        """Charge the reports' devices (``rows``, their tags ``tags``), each distinct payload
+        once when ``distinct`` (:func:`charges_distinct_payloads`), else every report; for a
+        memoized collection, also make every report its device's latest and return what it
+        replaces (in message order)."""
+        if not rows.size:
             return None
-        at = self.index.add(tags)
-        self._fit(len(self.index), rows if memoize else None)
         if distinct:
-            pairs = mix64(tags ^ mix64(payload_hashes(rows)))
+            pairs = mix64(tags ^ mix64(payload_hashes(reports)))
             fresh_pairs, first = np.unique(pairs, return_index=True)
             new = self.pairs.find(fresh_pairs) < 0
-            np.add.at(self._charged, at[first[new]], 1)
+            self.charged.add(rows[first[new]], np.ones(int(new.sum()), np.int64))
             self.pairs.add(fresh_pairs[new])
         else:
-            np.add.at(self._charged, at, 1)
+            self.charged.add(rows, np.ones(rows.shape[0], np.int64))
         if not memoize:
             return None
+        self._fit(int(rows.max()) + 1, reports)
         last = _last_of_each(tags)
-        slots = at[last]
+        slots = rows[last]
         bucket_of = np.full(tags.shape[0], NO_BUCKET, np.int64) if buckets is None else buckets
         had = self._bucket[slots] != _UNSET
         retract = Retraction(
@@ -204,37 +200,41 @@ class DeviceBook:
             {name: column[slots[had]].copy() for name, column in self._latest.items()},
             self._bucket[slots[had]].copy(),
         )
-        for name, column in rows.items():
+        for name, column in reports.items():
             self._latest[name][slots] = column[last]
         self._bucket[slots] = bucket_of[last]
         return retract
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, rows: int) -> dict[str, Any]:
+        """The book's rows ``0 .. rows - 1`` (the partition's devices) for a checkpoint."""
+        bucket, latest = self.latest_of(rows) if self._latest else (self._bucket[:0], {})
         return {
-            "tags": self.tags.astype("<u8").tobytes(),
-            "charged": self.charged.astype("<i8").tobytes(),
-            "bucket": self.latest_bucket.astype("<i8").tobytes(),
+            "charged": self.charged.values(rows).astype("<i4").tobytes(),
+            "bucket": bucket.astype("<i8").tobytes(),
             "latest": {
                 name: [list(column.shape[1:]), column.dtype.str, np.ascontiguousarray(column).tobytes()]
-                for name, column in self.latest.items()
+                for name, column in latest.items()
             },
             "pairs": self.pairs.tags.astype("<u8").tobytes(),
         }
 
     @classmethod
-    def from_wire(cls, entry: dict[str, Any]) -> DeviceBook:
-        tags = np.frombuffer(entry["tags"], dtype="<u8").astype(np.uint64)
+    def from_wire(cls, entry: dict[str, Any], rows: int) -> DeviceBook:
+        """A book of ``rows`` rows from :meth:`to_wire` (or, a book of format 3, from arrays
+        aligned with the first rows of the partition's devices)."""
+        charged = np.frombuffer(entry["charged"], dtype="<i4" if "tags" not in entry else "<i8").astype(
+            np.int64
+        )
         latest: ReportBatch = {}
         for name, (shape, dtype, data) in entry["latest"].items():
-            latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape)
-        charged = np.frombuffer(entry["charged"], dtype="<i8").astype(np.int64)
+            latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape).copy()
         bucket = np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64)
         sizes = {charged.shape[0]} | ({bucket.shape[0]} if latest else set())
         sizes |= {column.shape[0] for column in latest.values()}
-        if sizes != {tags.shape[0]}:
-            raise ValueError("device book arrays differ in length")
+        if len(sizes) != 1 or sizes.pop() > rows:
+            raise ValueError("device book arrays differ in length or exceed the partition's devices")
         return cls(
-            tags, charged, bucket, latest, np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64)
+            RowCounts(charged), bucket, latest, np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64)
         )
 
 

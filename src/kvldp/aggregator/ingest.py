@@ -110,7 +110,8 @@ class Plan:
         if self.devices is not None:
             memoize = state.collection.privacy.memoize
             distinct = charges_distinct_payloads(state.collection)
-            change = target.book.record(self.devices, reports, buckets, memoize, distinct)
+            rows = target.devices.add(self.devices)
+            change = target.book.record(rows, self.devices, reports, buckets, memoize, distinct)
             if change is not None:  # memoized: each device counts once, at its latest report
                 state.retract(self.partition, change)
                 target.folded += int(np.sum(~change.keep))
@@ -128,7 +129,7 @@ class Plan:
         if self.implausible is not None:
             target.flagged.add(self.implausible)
         target.recent.insert(self.tagged, self.tagged_at, self.probe)
-        target.ledger.commit(self.charges)
+        target.ledger.commit(self.charges, target.devices)
         target.last_digest = self.last_digest
 
 
@@ -201,6 +202,7 @@ def plan(
             outcome, charges = current.ledger.assess(
                 timestamps[messages] // (config.budget_window_s * 1000),
                 hashes[messages],
+                current.devices.find(hashes[messages]),
                 counts.astype(np.int64),
                 config.max_reports_per_device,
             )

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.aggregator.tag_index import TagIndex
+from kvldp.aggregator.tag_index import RowCounts, TagIndex
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
@@ -56,46 +56,6 @@ def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
 ADMITTED, OVER_BUDGET, WINDOW_CLOSED = 0, 1, 2
 
 
-class WindowCount:
-    """Reports charged per device in one budget window: a row per device (in order of
-    arrival, :class:`~kvldp.aggregator.tag_index.TagIndex`) and its count."""
-
-    def __init__(self, devices: U64 | None = None, counts: I64 | None = None) -> None:
-        self.index = TagIndex(devices)
-        self._counts = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64).copy()
-        if self._counts.shape[0] != len(self.index):
-            raise ValueError("a budget window holds one count per device")
-
-    @property
-    def devices(self) -> U64:
-        return self.index.tags
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes held (index and counts, with their room to grow)."""
-        return self.index.nbytes + int(self._counts.nbytes)
-
-    @property
-    def counts(self) -> I64:
-        return self._counts[: len(self.index)]
-
-    def before(self, devices: U64) -> I64:
-        """What each device was charged so far in this window (0 if never)."""
-        rows = self.index.find(devices)
-        out = np.zeros(devices.shape[0], np.int64)
-        out[rows >= 0] = self._counts[rows[rows >= 0]]
-        return out
-
-    def add(self, devices: U64, spent: I64) -> None:
-        """Charge ``spent`` more to each of ``devices`` (distinct)."""
-        rows = self.index.add(devices)
-        if len(self.index) > self._counts.shape[0]:
-            grown = np.zeros(max(len(self.index), 2 * self._counts.shape[0], 16), np.int64)
-            grown[: self._counts.shape[0]] = self._counts
-            self._counts = grown
-        self._counts[rows] += spent
-
-
 @dataclass(frozen=True)
 class Charges:
     """What a fetch charges, by budget window: the devices (distinct) and what each spent,
@@ -106,15 +66,21 @@ class Charges:
 
 @dataclass
 class Ledger:
-    """Reports charged per hashed device, per budget window (the latest two windows)."""
+    """Reports charged per device (a row of the partition's
+    :class:`~kvldp.aggregator.tag_index.TagIndex`), per budget window (the latest two)."""
 
-    windows: dict[int, WindowCount] = field(default_factory=dict)
+    windows: dict[int, RowCounts] = field(default_factory=dict)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(counts.nbytes for counts in self.windows.values())
 
     def assess(
-        self, windows: I64, devices: U64, reports: I64, limit: int
+        self, windows: I64, devices: U64, rows: I64, reports: I64, limit: int
     ) -> tuple[NDArray[np.int8], Charges]:
         """Each message's outcome (``ADMITTED``, ...) and what charging them all, in order,
-        adds to the ledger; the ledger itself is unchanged until :meth:`commit`.
+        adds to the ledger (``devices``: each message's device, ``rows``: its row, -1 for
+        a device not seen before); the ledger itself is unchanged until :meth:`commit`.
 
         The rule is sequential, so it gives the same answer however the stream is cut
         into fetches (the live run, a restart, the replay oracle agree exactly):
@@ -136,26 +102,30 @@ class Ledger:
         outcome[~is_open] = WINDOW_CLOSED
         charges: dict[int, tuple[U64, I64]] = {}
         for window in np.unique(windows[is_open]):
-            rows = np.flatnonzero((windows == window) & is_open)
-            uniq, inverse = np.unique(devices[rows], return_inverse=True)
+            chosen = np.flatnonzero((windows == window) & is_open)
+            uniq, first, inverse = np.unique(devices[chosen], return_index=True, return_inverse=True)
+            before = np.zeros(uniq.shape[0], np.int64)
             held = self.windows.get(int(window))
-            before = held.before(uniq) if held is not None else np.zeros(uniq.shape[0], np.int64)
+            if held is not None:
+                known = rows[chosen[first]]
+                before[known >= 0] = held.get(known[known >= 0])
             # running total per device, in message order
             order = np.argsort(inverse, kind="stable")
-            sizes = reports[rows][order]
+            sizes = reports[chosen][order]
             group = inverse[order]
             ok = before[group] + _group_cumsum(sizes, group) <= limit
-            outcome[rows[order[ok]]] = ADMITTED
+            outcome[chosen[order[ok]]] = ADMITTED
             charges[int(window)] = (
                 uniq.astype(np.uint64),
                 np.bincount(group, weights=sizes, minlength=uniq.size).astype(np.int64),
             )
         return outcome, Charges(charges)
 
-    def commit(self, charges: Charges) -> None:
-        """Record what :meth:`assess` found, and keep the latest two windows."""
+    def commit(self, charges: Charges, index: TagIndex) -> None:
+        """Record what :meth:`assess` found (its devices get rows of ``index`` if they had
+        none), and keep the latest two windows."""
         for window, (devices, spent) in charges.windows.items():
-            self.windows.setdefault(window, WindowCount()).add(devices, spent)
+            self.windows.setdefault(window, RowCounts()).add(index.add(devices), spent)
         newest = max(self.windows, default=0)
         for window in [w for w in self.windows if w < newest - 1]:
             del self.windows[window]

@@ -1,7 +1,9 @@
-"""Dense slot numbers for 64-bit device tags, looked up a whole fetch at a time.
+"""Dense row numbers for 64-bit device tags, looked up a whole fetch at a time, and
+counters by row.
 
 The per-device state of a partition (the device book, the budget ledger's windows) keeps
-one row per device in plain arrays; :class:`TagIndex` says which row a tag has. Rows are
+one row per device in plain arrays; :class:`TagIndex` says which row a tag has, and
+:class:`RowCounts` counts per row in 4 bytes. Rows are
 handed out in the order tags first arrive, so a new device is appended and nothing moves.
 The index is an open-addressing hash table of row numbers (linear probing; a multiplicative
 hash with a secret odd multiplier, so tags cannot be steered into one probe chain), at most
@@ -135,3 +137,50 @@ class TagIndex:
             won[free] = self._table[slot[claim]] == rows[claim]
             pending = pending[~won]
             slot[pending] = (slot[pending] + 1) & mask
+
+
+#: the largest count a :class:`RowCounts` holds (it saturates there)
+COUNT_MAX = 2**31 - 1
+
+
+class RowCounts:
+    """A count per row, 0 for a row never counted: 32-bit, saturating at :data:`COUNT_MAX`
+    (a count that large only says "more than any limit"), grown as rows come."""
+
+    def __init__(self, counts: I64 | None = None) -> None:
+        held = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64)
+        self._counts = np.minimum(held, COUNT_MAX).astype(np.int32)
+        self._size = held.shape[0]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._counts.nbytes)
+
+    def values(self, rows: int) -> I64:
+        """The counts of rows ``0 .. rows - 1``."""
+        out = np.zeros(rows, np.int64)
+        kept = min(rows, self._size)
+        out[:kept] = self._counts[:kept]
+        return out
+
+    def get(self, rows: I64) -> I64:
+        """The count of each row (0 for a row past those counted)."""
+        out = np.zeros(rows.shape[0], np.int64)
+        inside = rows < self._size
+        out[inside] = self._counts[rows[inside]]
+        return out
+
+    def add(self, rows: I64, amounts: I64) -> None:
+        """Add ``amounts`` to the counts of ``rows`` (repeats add up)."""
+        if not rows.size:
+            return
+        distinct, where = np.unique(rows, return_inverse=True)
+        added = np.bincount(where, weights=amounts, minlength=distinct.shape[0]).astype(np.int64)
+        needed = int(distinct[-1]) + 1
+        if needed > self._counts.shape[0]:
+            grown = np.zeros(max(needed, 2 * self._counts.shape[0], MIN_TABLE), np.int32)
+            grown[: self._size] = self._counts[: self._size]
+            self._counts = grown
+        self._size = max(self._size, needed)
+        total = self._counts[distinct].astype(np.int64) + added
+        self._counts[distinct] = np.minimum(total, COUNT_MAX).astype(np.int32)

@@ -132,27 +132,25 @@ class Fleet:
 
     def grow(self, partition: int, devices: int) -> None:
         """Fold reports of new devices until the partition has seen ``devices``."""
-        seen = len(self.state.partition(partition).book.index)
+        seen = len(self.state.partition(partition).devices)
         while seen < devices:
             count = min(GROW_FETCH, devices - seen)
             self.fold(partition, self._records(partition, iter(range(seen, seen + count)), count))
             seen += count
 
     def new_fetch(self, partition: int) -> list[Rec]:
-        seen = len(self.state.partition(partition).book.index)
+        seen = len(self.state.partition(partition).devices)
         return self._records(partition, iter(range(seen, seen + FETCH)), FETCH)
 
     def known_fetch(self, partition: int) -> list[Rec]:
-        seen = len(self.state.partition(partition).book.index)
+        seen = len(self.state.partition(partition).devices)
         chosen = self.rng.integers(0, seen, size=FETCH)
         return self._records(partition, iter(chosen.tolist()), FETCH)
 
 
 def device_bytes(part: PartitionState) -> int:
-    """Bytes held by one partition's per-device structures."""
-    book = part.book
-    total = book.index.nbytes + book.pairs.nbytes + book.row_nbytes
-    return total + sum(window.nbytes for window in part.ledger.windows.values())
+    """Bytes held by one partition's per-device structures (with their room to grow)."""
+    return part.devices.nbytes + part.book.nbytes + part.ledger.nbytes
 
 
 def _median_fold(fleet: Fleet, make: Any) -> float:
@@ -186,13 +184,13 @@ def measure(
         AggregatorState.from_bytes(fleet.collection, data)
         decode_s = time.perf_counter() - started
         part = fleet.state.partition(0)
-        held = len(part.book.index)
+        held = len(part.devices)
         rows.append(
             {
                 "mechanism": mechanism,
                 "memoize": memoize,
                 "devices": held,
-                "fleet": sum(len(p.book.index) for p in fleet.state.partitions.values()),
+                "fleet": sum(len(p.devices) for p in fleet.state.partitions.values()),
                 "fetch_new_ms": round(new_s * 1000, 2),
                 "fetch_known_ms": round(known_s * 1000, 2),
                 "new_ratio": round(new_s / first["new"], 2),
