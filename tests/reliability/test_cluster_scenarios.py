@@ -34,7 +34,7 @@ async def test_the_leader_fails_over_and_every_report_counts_once(
     out = await leader_failover(cluster, tmp_path, **SCALES["fast"]["leader_failover"])
     print(out)  # the figures, with -s
     assert out.failures == [], (out.failures, out.figures)
-    assert out.figures["failovers"] == 2 and out.figures["reports_folded"] == 20_000
+    assert out.figures["failovers"] == 2 and out.figures["reports_folded"] == 10_000
     assert len(cluster.pids) == 3  # the cluster is whole again
 
 

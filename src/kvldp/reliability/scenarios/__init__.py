@@ -46,13 +46,13 @@ from kvldp.reliability.scenarios.state_compaction import state_compaction
 #: of ``kvldp bench reliability``
 SCALES: dict[str, dict[str, dict[str, Any]]] = {
     "fast": {
-        "crash_recovery": {"reports": 100_000, "kills": 5},
+        "crash_recovery": {"reports": 50_000, "kills": 4},
         "scale_out": {"slots": 12_000, "cycles": 5},
         "duplicates": {"reports": 20_000},
         "hostile_input": {"hostile": 10_000, "reports": 20_000},
-        "broker_restart": {"reports": 40_000},
+        "broker_restart": {"reports": 20_000},
         "budget_ledger": {"devices": 300},
-        "leader_failover": {"reports": 20_000, "failovers": 2},
+        "leader_failover": {"reports": 10_000, "failovers": 2},
         "state_compaction": {"slots": 6_000, "cycles": 4},
     },
     "full": {
