@@ -37,8 +37,8 @@ from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction, epsilon_per_charge
 from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
-from kvldp.aggregator.tag_index import RowCounts, TagIndex
 from kvldp.aggregator.round_state import RoundBook, RoundState
+from kvldp.aggregator.tag_index import RowCounts, TagIndex
 from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive

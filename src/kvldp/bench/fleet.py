@@ -17,8 +17,8 @@ ones to reach the size):
   partition over does.
 
 Configurations: a single-symbol mechanism (``grr``) and a unary one (``oue``), each
-memoized and not, all with ``max_reports_per_device``. Devices are added in fetches of
-:data:`GROW_FETCH` reports; partitions beyond the first (``--partitions``) grow the same
+memoized and not, all with ``max_reports_per_device``. Devices are added in batches of
+:data:`GROW_FETCH` (:meth:`Fleet.grow`); partitions beyond the first (``--partitions``) grow the same
 way so that the process holds the whole fleet.
 """
 
@@ -31,7 +31,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from kvldp.aggregator.devices import charges_distinct_payloads
 from kvldp.aggregator.ingest import plan
+from kvldp.aggregator.ledger import Charges, device_hashes
 from kvldp.aggregator.state import AggregatorState, PartitionState
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
@@ -42,7 +44,7 @@ from kvldp.sim.simulate import simulate
 
 #: (mechanism, memoized) of each configuration
 CONFIGS = (("grr", False), ("grr", True), ("oue", False), ("oue", True))
-#: reports per fetch when growing the book (not what is measured)
+#: devices added at once when growing the book (not what is measured)
 GROW_FETCH = 50_000
 #: reports per measured fetch
 FETCH = 1_000
@@ -131,12 +133,25 @@ class Fleet:
         return time.perf_counter() - started
 
     def grow(self, partition: int, devices: int) -> None:
-        """Fold reports of new devices until the partition has seen ``devices``."""
-        seen = len(self.state.partition(partition).devices)
-        while seen < devices:
+        """Add new devices until the partition has seen ``devices``: each one report,
+        recorded in the device book and charged to the budget ledger as a fold records
+        and charges it, in batches of :data:`GROW_FETCH` (without encoding and decoding
+        the reports, which is not what this measures, and without the statistics, whose
+        size does not depend on the devices)."""
+        part = self.state.partition(partition)
+        collection = self.collection
+        window = T0_MS // (collection.aggregate.budget_window_s * 1000)
+        memoize = collection.privacy.memoize
+        while (seen := len(part.devices)) < devices:
             count = min(GROW_FETCH, devices - seen)
-            self.fold(partition, self._records(partition, iter(range(seen, seen + count)), count))
-            seen += count
+            keys = [f"device-{partition}-{d}".encode() for d in range(seen, seen + count)]
+            tags = device_hashes(LEDGER_KEY, keys)
+            users = simulate(collection, "gaussian", count, int(self.rng.integers(2**31)))
+            reports = collection.estimation_mechanism.perturb_many(users, self.rng)
+            rows = part.devices.add(tags)
+            buckets = self.state.buckets_of(np.full(count, T0_MS, np.int64))
+            part.book.record(rows, tags, reports, buckets, memoize, charges_distinct_payloads(collection))
+            part.ledger.commit(Charges({window: (tags, np.ones(count, np.int64))}), part.devices)
 
     def new_fetch(self, partition: int) -> list[Rec]:
         seen = len(self.state.partition(partition).devices)
