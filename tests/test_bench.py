@@ -11,6 +11,7 @@ import resource
 import pytest
 
 from kvldp.bench import kafka_throughput
+from kvldp.bench.fleet import CONFIGS
 from kvldp.bench.mechanism_cost import SCALING_COLUMNS, bench_refit_scaling
 from kvldp.cli import main
 
@@ -122,3 +123,16 @@ def test_rounds_streams_privkvm_live_and_matches_the_in_process_reference(
     for row in rows:
         assert row["identical"] is True and row["round_s_median"] > 0.5  # a 1 s round_period
         assert _rate(row["send_s_median"]) and row["live_mse"] >= 0 and row["reference_mse"] > 0
+
+
+def test_fleet_grows_every_configuration_and_reports_each_size(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "fleet", "--devices", "12000,6000", "--partitions", "2", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["mechanism"], r["memoize"]) for r in rows] == [c for c in CONFIGS for _ in range(2)]
+    for small, large in zip(rows[::2], rows[1::2], strict=True):
+        assert (small["devices"], large["devices"]) == (6_000, 12_000)
+        assert large["fleet"] == 24_000  # the other partition grown to the largest size
+        assert small["new_ratio"] == small["known_ratio"] == 1.0
+        for row in (small, large):
+            assert _rate(float(row["fetch_new_ms"])) and _rate(float(row["bytes_per_device"])), row
+            assert row["checkpoint_mib"] > 0 and row["restore_ms"] > 0

@@ -403,7 +403,8 @@ def test_every_report_a_fleet_sends_passes_the_aggregators_ledger() -> None:
     assert (s.outcomes.sent, s.outcomes.skipped_budget) == (9, 6)
     windows = np.array([ts for _, _, ts in fake.sent], dtype=np.int64) // int(DAY * 1000)
     hashes = device_hashes(b"ledger key", [key for key, _, _ in fake.sent])
-    outcome = Ledger().charge(windows, hashes, np.ones(len(fake.sent), dtype=np.int64), 2)
+    ones = np.ones(len(fake.sent), dtype=np.int64)
+    outcome, _ = Ledger().assess(windows, hashes, np.full(len(fake.sent), -1), ones, 2)
     assert len(fake.sent) == 9 and (outcome == ADMITTED).all()
     assert s.privacy_spent("d0") == pytest.approx(3 * c.epsilon)
     with pytest.raises(BatchingRefused, match="budget_window"):

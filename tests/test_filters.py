@@ -18,6 +18,7 @@ from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
 from kvldp.aggregator.state import AggregatorState
+from kvldp.aggregator.tag_index import TagIndex
 from kvldp.common.collection import Collection
 from kvldp.common.wire import WireFormat
 
@@ -194,16 +195,20 @@ def test_ledger_matches_the_sequential_rule_however_the_stream_is_cut(
     devices = [m[1] for m in messages]
     sizes = [m[2] for m in messages]
     expected = reference_budget(windows, devices, sizes, limit)
-    ledger = Ledger()
+    ledger, index = Ledger(), TagIndex()
     got: list[int] = []
     bounds = [0, *sorted({c for c in cuts if c < len(messages)}), len(messages)]
     for lo, hi in itertools.pairwise(bounds):
-        got += ledger.charge(
+        hashes = np.asarray(devices[lo:hi], dtype=np.uint64)
+        outcome, charges = ledger.assess(
             np.asarray(windows[lo:hi], dtype=np.int64),
-            np.asarray(devices[lo:hi], dtype=np.uint64),
+            hashes,
+            index.find(hashes),
             np.asarray(sizes[lo:hi], dtype=np.int64),
             limit,
-        ).tolist()
+        )
+        ledger.commit(charges, index)
+        got += outcome.tolist()
     assert got == expected
     assert len(ledger.windows) <= 2
 
@@ -212,7 +217,7 @@ def test_no_device_is_ever_folded_past_its_limit() -> None:
     rng = np.random.default_rng(1)
     devices = rng.integers(0, 50, size=5000).astype(np.uint64)
     sizes = rng.integers(1, 4, size=5000).astype(np.int64)
-    outcome = Ledger().charge(np.zeros(5000, dtype=np.int64), devices, sizes, 5)
+    outcome, _ = Ledger().assess(np.zeros(5000, dtype=np.int64), devices, np.full(5000, -1), sizes, 5)
     folded = np.bincount(devices[outcome == ADMITTED].astype(np.int64), weights=sizes[outcome == ADMITTED])
     assert folded.max() <= 5
 

@@ -33,12 +33,13 @@ ledger's, never as an id; a device's reports stay in one partition because the k
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator.tag_index import RowCounts, TagIndex
 from kvldp.common.collection import Collection
 from kvldp.common.schema import ReportBatch
 
@@ -111,101 +112,134 @@ class Retraction:
     buckets: I64
 
 
-@dataclass
 class DeviceBook:
-    """Sorted device hashes with what each spent and (memoized) its latest report."""
+    """Per device, by its row of the partition's :class:`~kvldp.aggregator.tag_index.TagIndex`
+    (:attr:`PartitionState.devices`): what it was charged and (memoized) its latest
+    report; and the (device, payload) hashes already charged. Every step of
+    :meth:`record` costs in proportion to the fetch, not to the devices held.
 
-    tags: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
-    charged: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    latest_bucket: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
-    latest: ReportBatch = field(default_factory=dict)
-    pairs: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    Rows of devices the book never charged (the budget ledger's alone) hold 0 charges and
+    no latest report.
+    """
 
-    def _grow(self, new_tags: U64, template: ReportBatch | None) -> None:
-        """Insert ``new_tags`` (sorted, absent) keeping every array aligned with ``tags``."""
-        if not new_tags.size:
+    def __init__(
+        self,
+        charged: RowCounts | None = None,
+        latest_bucket: I64 | None = None,
+        latest: ReportBatch | None = None,
+        pairs: U64 | None = None,
+    ) -> None:
+        self.charged = charged or RowCounts()
+        self.pairs = TagIndex(pairs)
+        self._bucket = np.zeros(0, np.int64) if latest_bucket is None else np.asarray(latest_bucket, np.int64)
+        self._latest: ReportBatch = dict(latest or {})
+        self._rows = self._bucket.shape[0] if self._latest else 0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held, with the room to grow (the partition's device index aside)."""
+        held = self.charged.nbytes + self.pairs.nbytes + self._bucket.nbytes
+        return int(held + sum(column.nbytes for column in self._latest.values()))
+
+    def spent(self, rows: int) -> I64:
+        """The charges of every device the book charged (of rows ``0 .. rows - 1``)."""
+        charged = self.charged.values(rows)
+        return charged[charged > 0]
+
+    def latest_of(self, rows: int) -> tuple[I64, ReportBatch]:
+        """(the bucket of every row's latest report, those reports), rows ``0 .. rows - 1``
+        (memoized collections; a row without one has bucket ``_UNSET``)."""
+        self._fit(rows, None)
+        return self._bucket[:rows], {name: column[:rows] for name, column in self._latest.items()}
+
+    def _fit(self, rows: int, template: ReportBatch | None) -> None:
+        """Room for ``rows`` rows of latest reports (doubling), new rows without one
+        (``template``: the columns of a memoized report, for a book that has none yet)."""
+        if not self._latest and template is None:
             return
-        merged = np.union1d(self.tags, new_tags).astype(np.uint64)
-        old_at = np.searchsorted(merged, self.tags)
-        charged = np.zeros(merged.shape[0], np.int64)
-        charged[old_at] = self.charged
-        self.charged = charged
-        if template is not None:
-            bucket = np.full(merged.shape[0], _UNSET, np.int64)
-            bucket[old_at] = self.latest_bucket
-            self.latest_bucket = bucket
-            latest: ReportBatch = {}
-            for name, column in template.items():
-                grown = np.zeros((merged.shape[0], *column.shape[1:]), dtype=column.dtype)
-                if name in self.latest:
-                    grown[old_at] = self.latest[name]
-                latest[name] = grown
-            self.latest = latest
-        self.tags = merged
+        capacity = self._bucket.shape[0] if self._latest else 0
+        if rows <= capacity:
+            return
+        size = max(rows, 2 * capacity, 16)
+        self._bucket = _grown(self._bucket[:capacity], size, _UNSET)
+        columns = self._latest or {name: column[:0] for name, column in (template or {}).items()}
+        self._latest = {name: _grown(column, size, 0) for name, column in columns.items()}
 
     def record(
-        self, tags: U64, rows: ReportBatch, buckets: I64 | None, memoize: bool, distinct: bool
+        self,
+        rows: I64,
+        tags: U64,
+        reports: ReportBatch,
+        buckets: I64 | None,
+        memoize: bool,
+        distinct: bool,
     ) -> Retraction | None:
-        """Charge the rows' devices, each distinct payload once when ``distinct``
-        (:func:`charges_distinct_payloads`), else every report; for a memoized collection,
-        also make every row its device's latest report and return what it replaces (rows
-        in message order)."""
-        if not tags.size:
+        """Charge the reports' devices (``rows``, their tags ``tags``), each distinct payload
+        once when ``distinct`` (:func:`charges_distinct_payloads`), else every report; for a
+        memoized collection, also make every report its device's latest and return what it
+        replaces (in message order)."""
+        if not rows.size:
             return None
-        uniq = np.unique(tags)
-        self._grow(np.setdiff1d(uniq, self.tags, assume_unique=True), rows if memoize else None)
-        at = np.searchsorted(self.tags, tags)
         if distinct:
-            pairs = mix64(tags ^ mix64(payload_hashes(rows)))
+            pairs = mix64(tags ^ mix64(payload_hashes(reports)))
             fresh_pairs, first = np.unique(pairs, return_index=True)
-            new = ~np.isin(fresh_pairs, self.pairs, assume_unique=True)
-            np.add.at(self.charged, at[first[new]], 1)
-            self.pairs = np.union1d(self.pairs, fresh_pairs[new]).astype(np.uint64)
+            new = self.pairs.find(fresh_pairs) < 0
+            self.charged.add(rows[first[new]], np.ones(int(new.sum()), np.int64))
+            self.pairs.add(fresh_pairs[new])
         else:
-            np.add.at(self.charged, at, 1)
+            self.charged.add(rows, np.ones(rows.shape[0], np.int64))
         if not memoize:
             return None
+        self._fit(int(rows.max()) + 1, reports)
         last = _last_of_each(tags)
-        slots = at[last]
+        slots = rows[last]
         bucket_of = np.full(tags.shape[0], NO_BUCKET, np.int64) if buckets is None else buckets
-        had = self.latest_bucket[slots] != _UNSET
+        had = self._bucket[slots] != _UNSET
         retract = Retraction(
             last,
-            {name: column[slots[had]].copy() for name, column in self.latest.items()},
-            self.latest_bucket[slots[had]].copy(),
+            {name: column[slots[had]].copy() for name, column in self._latest.items()},
+            self._bucket[slots[had]].copy(),
         )
-        for name, column in rows.items():
-            self.latest[name][slots] = column[last]
-        self.latest_bucket[slots] = bucket_of[last]
+        for name, column in reports.items():
+            self._latest[name][slots] = column[last]
+        self._bucket[slots] = bucket_of[last]
         return retract
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self, rows: int) -> dict[str, Any]:
+        """The book's rows ``0 .. rows - 1`` (the partition's devices) for a checkpoint."""
+        bucket, latest = self.latest_of(rows) if self._latest else (self._bucket[:0], {})
         return {
-            "tags": self.tags.astype("<u8").tobytes(),
-            "charged": self.charged.astype("<i8").tobytes(),
-            "bucket": self.latest_bucket.astype("<i8").tobytes(),
+            "charged": self.charged.values(rows).astype("<i4").tobytes(),
+            "bucket": bucket.astype("<i8").tobytes(),
             "latest": {
                 name: [list(column.shape[1:]), column.dtype.str, np.ascontiguousarray(column).tobytes()]
-                for name, column in self.latest.items()
+                for name, column in latest.items()
             },
-            "pairs": self.pairs.astype("<u8").tobytes(),
+            "pairs": self.pairs.tags.astype("<u8").tobytes(),
         }
 
     @classmethod
-    def from_wire(cls, entry: dict[str, Any]) -> DeviceBook:
-        tags = np.frombuffer(entry["tags"], dtype="<u8").astype(np.uint64)
+    def from_wire(cls, entry: dict[str, Any], rows: int) -> DeviceBook:
+        """A book of ``rows`` rows from :meth:`to_wire` (or, a book of format 3, from arrays
+        aligned with the first rows of the partition's devices)."""
+        charged = np.frombuffer(entry["charged"], dtype="<i4" if "tags" not in entry else "<i8").astype(
+            np.int64
+        )
         latest: ReportBatch = {}
         for name, (shape, dtype, data) in entry["latest"].items():
             latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape).copy()
-        book = cls(
-            tags=tags,
-            charged=np.frombuffer(entry["charged"], dtype="<i8").astype(np.int64),
-            latest_bucket=np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64),
-            latest=latest,
-            pairs=np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64),
-        )
-        sizes = {book.charged.shape[0]} | ({book.latest_bucket.shape[0]} if latest else set())
+        bucket = np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64)
+        sizes = {charged.shape[0]} | ({bucket.shape[0]} if latest else set())
         sizes |= {column.shape[0] for column in latest.values()}
-        if sizes != {tags.shape[0]}:
-            raise ValueError("device book arrays differ in length")
-        return book
+        if len(sizes) != 1 or sizes.pop() > rows:
+            raise ValueError("device book arrays differ in length or exceed the partition's devices")
+        return cls(
+            RowCounts(charged), bucket, latest, np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64)
+        )
+
+
+def _grown(column: NDArray[Any], size: int, blank: int) -> NDArray[Any]:
+    """``column`` in an array of ``size`` rows, the rows after it set to ``blank``."""
+    out = np.full((size, *column.shape[1:]), blank, dtype=column.dtype)
+    out[: column.shape[0]] = column
+    return out

@@ -22,7 +22,7 @@ from numpy.typing import NDArray
 
 from kvldp.aggregator.dedup import Probe
 from kvldp.aggregator.devices import charges_distinct_payloads
-from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Ledger, device_hashes
+from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Charges, device_hashes
 from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
@@ -85,7 +85,8 @@ class Plan:
     tagged_at: IntArray
     #: what checking ``tagged`` for duplicates learnt, reused by the insert
     probe: Probe | None
-    ledger: Ledger
+    #: what the fetch charges the budget ledger (recorded when the plan is applied)
+    charges: Charges
     last_digest: bytes
     #: keyed hash of each report's device (collections that keep a device book)
     devices: NDArray[np.uint64] | None = None
@@ -109,7 +110,8 @@ class Plan:
         if self.devices is not None:
             memoize = state.collection.privacy.memoize
             distinct = charges_distinct_payloads(state.collection)
-            change = target.book.record(self.devices, reports, buckets, memoize, distinct)
+            rows = target.devices.add(self.devices)
+            change = target.book.record(rows, self.devices, reports, buckets, memoize, distinct)
             if change is not None:  # memoized: each device counts once, at its latest report
                 state.retract(self.partition, change)
                 target.folded += int(np.sum(~change.keep))
@@ -127,7 +129,7 @@ class Plan:
         if self.implausible is not None:
             target.flagged.add(self.implausible)
         target.recent.insert(self.tagged, self.tagged_at, self.probe)
-        target.ledger = self.ledger
+        target.ledger.commit(self.charges, target.devices)
         target.last_digest = self.last_digest
 
 
@@ -185,7 +187,7 @@ def plan(
     rounds = state.rounds
     if one_report_per_message(state.collection) and decoded.message.size:
         _reject_batches(decoded.message, keep, fresh, rejected)
-    ledger = current.ledger
+    charges = Charges({})
     hashes = None  # keyed hash of each record's device, for the ledgers and the device book
     if (config.max_reports_per_device or state.tracks_devices or rounds is not None) and decoded.message.size:
         hashes = device_hashes(ledger_key, [r.key for r in fresh])
@@ -197,10 +199,10 @@ def plan(
     if config.max_reports_per_device and hashes is not None:
         messages, counts = np.unique(decoded.message[keep], return_counts=True)
         if messages.size:
-            ledger = ledger.copy()
-            outcome = ledger.charge(
+            outcome, charges = current.ledger.assess(
                 timestamps[messages] // (config.budget_window_s * 1000),
                 hashes[messages],
+                current.devices.find(hashes[messages]),
                 counts.astype(np.int64),
                 config.max_reports_per_device,
             )
@@ -230,7 +232,7 @@ def plan(
         tagged,
         tagged_at,
         probe,
-        ledger,
+        charges,
         record_digest(fresh[-1]),
         devices,
         round_book,

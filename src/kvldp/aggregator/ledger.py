@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator.tag_index import RowCounts, TagIndex
+
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]
 
@@ -54,17 +56,31 @@ def device_hashes(key: bytes, devices: Sequence[bytes | None]) -> U64:
 ADMITTED, OVER_BUDGET, WINDOW_CLOSED = 0, 1, 2
 
 
+@dataclass(frozen=True)
+class Charges:
+    """What a fetch charges, by budget window: the devices (distinct) and what each spent,
+    admitted or not (:meth:`Ledger.commit` records it)."""
+
+    windows: dict[int, tuple[U64, I64]]
+
+
 @dataclass
 class Ledger:
-    """Reports charged per hashed device, per budget window (the latest two windows)."""
+    """Reports charged per device (a row of the partition's
+    :class:`~kvldp.aggregator.tag_index.TagIndex`), per budget window (the latest two)."""
 
-    windows: dict[int, tuple[U64, I64]] = field(default_factory=dict)
+    windows: dict[int, RowCounts] = field(default_factory=dict)
 
-    def copy(self) -> Ledger:
-        return Ledger({w: (k.copy(), c.copy()) for w, (k, c) in self.windows.items()})
+    @property
+    def nbytes(self) -> int:
+        return sum(counts.nbytes for counts in self.windows.values())
 
-    def charge(self, windows: I64, devices: U64, reports: I64, limit: int) -> NDArray[np.int8]:
-        """Charge messages in order; returns each one's outcome (``ADMITTED``, ...).
+    def assess(
+        self, windows: I64, devices: U64, rows: I64, reports: I64, limit: int
+    ) -> tuple[NDArray[np.int8], Charges]:
+        """Each message's outcome (``ADMITTED``, ...) and what charging them all, in order,
+        adds to the ledger (``devices``: each message's device, ``rows``: its row, -1 for
+        a device not seen before); the ledger itself is unchanged until :meth:`commit`.
 
         The rule is sequential, so it gives the same answer however the stream is cut
         into fetches (the live run, a restart, the replay oracle agree exactly):
@@ -76,37 +92,43 @@ class Ledger:
         * a message whose window is older than the one before the latest window seen
           so far in the partition is refused (``WINDOW_CLOSED``): the ledger only keeps
           two windows, and a forged old timestamp must not buy a fresh budget.
+
+        Its cost is the fetch's, whatever the number of devices held.
         """
         outcome = np.full(devices.shape[0], OVER_BUDGET, dtype=np.int8)
         latest = max(self.windows, default=int(windows.min()) if windows.size else 0)
         seen_before = np.maximum.accumulate(np.r_[latest, windows])[:-1]
         is_open = windows >= seen_before - 1
         outcome[~is_open] = WINDOW_CLOSED
+        charges: dict[int, tuple[U64, I64]] = {}
         for window in np.unique(windows[is_open]):
-            rows = np.flatnonzero((windows == window) & is_open)
-            keys, counts = self.windows.get(int(window), (np.zeros(0, np.uint64), np.zeros(0, np.int64)))
-            uniq, inverse = np.unique(devices[rows], return_inverse=True)
-            before = np.zeros(uniq.shape[0], dtype=np.int64)
-            if keys.size:
-                pos = np.minimum(np.searchsorted(keys, uniq), keys.size - 1)
-                hit = keys[pos] == uniq
-                before[hit] = counts[pos[hit]]
+            chosen = np.flatnonzero((windows == window) & is_open)
+            uniq, first, inverse = np.unique(devices[chosen], return_index=True, return_inverse=True)
+            before = np.zeros(uniq.shape[0], np.int64)
+            held = self.windows.get(int(window))
+            if held is not None:
+                known = rows[chosen[first]]
+                before[known >= 0] = held.get(known[known >= 0])
             # running total per device, in message order
             order = np.argsort(inverse, kind="stable")
-            sizes = reports[rows][order]
+            sizes = reports[chosen][order]
             group = inverse[order]
             ok = before[group] + _group_cumsum(sizes, group) <= limit
-            outcome[rows[order[ok]]] = ADMITTED
-            spent = np.bincount(group, weights=sizes, minlength=uniq.size).astype(np.int64)
-            merged_keys = np.union1d(keys, uniq)
-            merged = np.zeros(merged_keys.shape[0], dtype=np.int64)
-            merged[np.searchsorted(merged_keys, keys)] += counts
-            merged[np.searchsorted(merged_keys, uniq)] += spent
-            self.windows[int(window)] = (merged_keys.astype(np.uint64), merged)
+            outcome[chosen[order[ok]]] = ADMITTED
+            charges[int(window)] = (
+                uniq.astype(np.uint64),
+                np.bincount(group, weights=sizes, minlength=uniq.size).astype(np.int64),
+            )
+        return outcome, Charges(charges)
+
+    def commit(self, charges: Charges, index: TagIndex) -> None:
+        """Record what :meth:`assess` found (its devices get rows of ``index`` if they had
+        none), and keep the latest two windows."""
+        for window, (devices, spent) in charges.windows.items():
+            self.windows.setdefault(window, RowCounts()).add(index.add(devices), spent)
         newest = max(self.windows, default=0)
         for window in [w for w in self.windows if w < newest - 1]:
             del self.windows[window]
-        return outcome
 
 
 def _group_cumsum(values: I64, groups: I64) -> I64:

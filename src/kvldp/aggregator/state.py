@@ -38,6 +38,7 @@ from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction, epsilon_
 from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.round_state import RoundBook, RoundState
+from kvldp.aggregator.tag_index import RowCounts, TagIndex
 from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
@@ -47,9 +48,10 @@ from kvldp.common.schema import ReportBatch
 from kvldp.common.stats import Stats
 
 FORMAT = "kvldp-checkpoint"
-VERSION = 3
-#: older versions still read: 2 kept report ids without their partition times
-READABLE = (2, 3)
+VERSION = 4
+#: older versions still read: 2 kept report ids without their partition times, 3 kept the
+#: device book's and each ledger window's devices apart
+READABLE = (2, 3, 4)
 
 
 class CheckpointMismatch(KvldpError):
@@ -97,6 +99,8 @@ class PartitionState:
     lost: int = 0
     recent: RecentIds = field(default_factory=lambda: RecentIds(0))
     ledger: Ledger = field(default_factory=Ledger)
+    #: a row per device the book or the ledger holds, in order of arrival
+    devices: TagIndex = field(default_factory=TagIndex)
     last_digest: bytes = b""
     #: end of the partition when last seen (informational: lag for an exporter)
     highwater: int = 0
@@ -222,7 +226,7 @@ class AggregatorState:
             return np.concatenate(
                 [np.zeros(0), *(s.round_book.spent(costs) for s in self.partitions.values())]
             )
-        charged = [s.book.charged for s in self.partitions.values()]
+        charged = [s.book.spent(len(s.devices)) for s in self.partitions.values()]
         counts = np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
         return epsilon_per_charge(self.collection) * counts
 
@@ -273,15 +277,16 @@ class AggregatorState:
                     "lost": s.lost,
                     "recent": s.recent.ordered().astype("<u8").tobytes(),
                     "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
+                    "devices": s.devices.tags.astype("<u8").tobytes(),
                     "ledger": {
-                        str(w): [k.astype("<u8").tobytes(), c.astype("<i8").tobytes()]
-                        for w, (k, c) in s.ledger.windows.items()
+                        str(w): c.values(len(s.devices)).astype("<i4").tobytes()
+                        for w, c in s.ledger.windows.items()
                     },
                     "last": s.last_digest,
                     "highwater": s.highwater,
                     "folded": s.folded,
                     "flagged": s.flagged.to_wire(),
-                    **({"book": s.book.to_wire()} if self.tracks_devices else {}),
+                    **({"book": s.book.to_wire(len(s.devices))} if self.tracks_devices else {}),
                     **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
                 }
                 for p, s in self.partitions.items()
@@ -317,6 +322,7 @@ class AggregatorState:
             if state.rounds is not None:
                 state.rounds = RoundState.from_wire(collection, payload["rounds"])
             for p, entry in payload["partitions"].items():
+                devices, book, ledger = _device_state(entry)
                 base = Stats.from_bytes(mech, entry["base"])
                 buckets = {int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()}
                 state.partitions[int(p)] = PartitionState(
@@ -328,18 +334,11 @@ class AggregatorState:
                     resets=int(entry["resets"]),
                     lost=int(entry.get("lost", 0)),
                     recent=recent_ids(collection, entry),
-                    ledger=Ledger(
-                        {
-                            int(w): (
-                                np.frombuffer(k, dtype="<u8").astype(np.uint64),
-                                np.frombuffer(c, dtype="<i8").astype(np.int64),
-                            )
-                            for w, (k, c) in entry["ledger"].items()
-                        }
-                    ),
+                    ledger=ledger,
+                    devices=devices,
                     last_digest=bytes(entry["last"]),
                     highwater=int(entry["highwater"]),
-                    book=DeviceBook.from_wire(entry["book"]) if "book" in entry else DeviceBook(),
+                    book=book,
                     flagged=(
                         FlaggedDevices.from_wire(entry["flagged"]) if "flagged" in entry else FlaggedDevices()
                     ),
@@ -354,6 +353,32 @@ class AggregatorState:
         except (KeyError, TypeError, ValueError, AttributeError, KvldpError) as exc:
             raise CheckpointMismatch(f"checkpoint is corrupt: {type(exc).__name__}: {exc}") from exc
         return state
+
+
+def _device_state(entry: dict[str, Any]) -> tuple[TagIndex, DeviceBook, Ledger]:
+    """A checkpointed partition's devices, device book and budget ledger. Format 4 keeps
+    the devices once, the book and each ledger window by row; format 3 kept the book's
+    devices with the book and each window's with the window (rows are given in that order:
+    the book's first)."""
+    book_entry = entry.get("book")
+    if "devices" in entry:
+        devices = TagIndex(np.frombuffer(entry["devices"], dtype="<u8").astype(np.uint64))
+        windows = {int(w): np.frombuffer(c, dtype="<i4").astype(np.int64) for w, c in entry["ledger"].items()}
+        if any(c.shape[0] > len(devices) for c in windows.values()):
+            raise ValueError("a budget window counts more devices than the partition holds")
+        ledger = Ledger({w: RowCounts(c) for w, c in windows.items()})
+    else:
+        tags = np.frombuffer(book_entry["tags"], dtype="<u8") if book_entry else np.zeros(0, "<u8")
+        devices = TagIndex(tags.astype(np.uint64))
+        ledger = Ledger()
+        for w, (keys, counts) in entry["ledger"].items():
+            window = ledger.windows[int(w)] = RowCounts()
+            window.add(
+                devices.add(np.frombuffer(keys, dtype="<u8").astype(np.uint64)),
+                np.frombuffer(counts, dtype="<i8").astype(np.int64),
+            )
+    book = DeviceBook.from_wire(book_entry, len(devices)) if book_entry else DeviceBook()
+    return devices, book, ledger
 
 
 class CheckpointStore:

@@ -2,7 +2,8 @@
 
 ``fold`` and ``estimate`` time the mechanisms in process (:mod:`kvldp.bench.mechanism_cost`);
 ``ingest``, ``produce``, ``memory`` and ``gateway`` measure kvldp on Kafka against a
-baseline run alongside; ``rounds`` streams PrivKVM's rounds live; ``peers`` compares with other LDP
+baseline run alongside; ``fleet`` grows one partition's per-device state to millions of
+devices (:mod:`kvldp.bench.fleet`); ``rounds`` streams PrivKVM's rounds live; ``peers`` compares with other LDP
 libraries; ``reliability`` runs the failure scenarios of :mod:`kvldp.reliability`. Each
 prints a table, or its rows as JSON.
 """
@@ -92,6 +93,24 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_gateway)
+    b = bsub.add_parser(
+        "fleet", help="fetch fold time, bytes per device, checkpoint and restore as a partition's fleet grows"
+    )
+    b.add_argument(
+        "--devices",
+        type=int_list,
+        default=[10_000, 100_000, 1_000_000, 2_000_000],
+        help="comma list of devices in the measured partition",
+    )
+    b.add_argument(
+        "--partitions",
+        type=positive_int,
+        default=5,
+        help="partitions grown to the largest size (the fleet held)",
+    )
+    b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--json", action="store_true")
+    b.set_defaults(func=cmd_bench_fleet)
     b = bsub.add_parser(
         "rounds", help="PrivKVM rounds streamed live: MSE against the in-process reference, time per round"
     )
@@ -190,6 +209,15 @@ def cmd_bench_gateway(args: argparse.Namespace) -> int:
         return 0
     columns = {"throughput": g.GATEWAY_COLUMNS, "memory": g.MEMORY_COLUMNS, "hostile": g.HOSTILE_COLUMNS}
     print("\n\n".join(format_table(rows, columns[name]) for name, rows in tables.items()))
+    return 0
+
+
+def cmd_bench_fleet(args: argparse.Namespace) -> int:
+    """One partition's per-device state from thousands to millions of devices."""
+    from kvldp.bench.fleet import COLUMNS, bench_fleet
+
+    rows = bench_fleet(args.devices, args.partitions, args.seed)
+    emit(rows, args.json, format_table(rows, COLUMNS))
     return 0
 
 
