@@ -13,6 +13,7 @@ import pytest
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaTls
 from kvldp.broker.tansu import EmbeddedBroker
 
+from support.promtool import promtool_path
 from support.tls import TlsBroker, TlsEndpoint, TlsFiles, make_tls_files
 
 #: the time limit of a test marked ``full`` (full-scale runs take minutes; the default
@@ -24,6 +25,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("full") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(FULL_TIMEOUT_S))
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """Prometheus's promtool, for the deploy stack's alert rules."""
+    return promtool_path()
 
 
 @pytest.fixture(scope="session")

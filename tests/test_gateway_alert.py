@@ -5,56 +5,22 @@ Prometheus loads the file (its rules directory is checked by test_poisoning_aler
 
 from __future__ import annotations
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
-from typing import Any
 
-import pytest
 import yaml
 
 from support.deploy import DEPLOY
+from support.promtool import check_rules, run_rule_tests
 
 RULES = DEPLOY / "prometheus" / "rules" / "kvldp-gateway.yml"
 REQUESTS = 'kvldp_gateway_requests_total{collection="%s",status="%s"}'
 ERRORS = 'kvldp_gateway_produce_errors_total{collection="%s"}'
 
 
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, "promtool is not installed: `make test` installs Debian's prometheus package"
-    return path
-
-
-def promtool_test(
-    promtool: str, tmp_path: Path, series: dict[str, str], checks: list[dict[str, Any]]
-) -> None:
-    tests = {
-        "rule_files": [str(RULES.resolve())],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": [{"series": s, "values": v} for s, v in series.items()],
-                "alert_rule_test": checks,
-            }
-        ],
-    }
-    path = tmp_path / "gateway-test.yml"
-    path.write_text(json.dumps(tests))  # JSON is YAML
-    done = subprocess.run([promtool, "test", "rules", str(path)], capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def test_promtool_accepts_the_rules(promtool: str) -> None:
     rules = yaml.safe_load(RULES.read_text())["groups"][0]["rules"]
     assert {r["alert"] for r in rules} == {"KvldpGatewayProduceErrors", "KvldpGatewayServerErrors"}
-    done = subprocess.run(
-        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    check_rules(promtool, RULES)
 
 
 def test_produce_errors_alert_once_they_last(promtool: str, tmp_path: Path) -> None:
@@ -79,7 +45,7 @@ def test_produce_errors_alert_once_they_last(promtool: str, tmp_path: Path) -> N
         {"eval_time": "8m", "alertname": "KvldpGatewayProduceErrors", "exp_alerts": []},  # a: pending
         {"eval_time": "11m", "alertname": "KvldpGatewayProduceErrors", "exp_alerts": [firing]},
     ]
-    promtool_test(promtool, tmp_path, {ERRORS % "a": a, ERRORS % "b": b}, checks)
+    run_rule_tests(promtool, RULES, tmp_path, "1m", {ERRORS % "a": a, ERRORS % "b": b}, checks)
 
 
 def test_server_errors_alert_above_five_percent_and_not_for_4xx(promtool: str, tmp_path: Path) -> None:
@@ -111,4 +77,4 @@ def test_server_errors_alert_above_five_percent_and_not_for_4xx(promtool: str, t
             ],
         },
     ]
-    promtool_test(promtool, tmp_path, series, checks)
+    run_rule_tests(promtool, RULES, tmp_path, "1m", series, checks)

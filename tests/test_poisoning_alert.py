@@ -7,25 +7,17 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 import yaml
 
 from kvldp.common.poisoning import ALERT_SCORE
 
 from support.deploy import COMPOSE, DEPLOY
+from support.promtool import check_rules
 
 RULES = DEPLOY / "prometheus" / "rules" / "kvldp-poisoning.yml"
-
-
-@pytest.fixture(scope="module")
-def promtool() -> str:
-    path = shutil.which("promtool")
-    assert path, "promtool is not installed: `make test` installs Debian's prometheus package"
-    return path
 
 
 def test_threshold_is_the_alert_score() -> None:
@@ -37,10 +29,7 @@ def test_threshold_is_the_alert_score() -> None:
 
 
 def test_promtool_accepts_the_rules(promtool: str) -> None:
-    done = subprocess.run(
-        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    check_rules(promtool, RULES)
 
 
 def test_alerts_fire_at_the_alert_score_and_not_below(promtool: str, tmp_path: Path) -> None:
