@@ -11,7 +11,7 @@ import resource
 import pytest
 
 from kvldp.bench import kafka_throughput
-from kvldp.bench.fleet import CONFIGS
+from kvldp.bench.fleet_scale import CONFIGS
 from kvldp.bench.mechanism_cost import SCALING_COLUMNS, bench_refit_scaling
 from kvldp.cli import main
 

@@ -62,7 +62,11 @@ from support.deploy import (
 from support.gateway_process import GatewayProcess
 from support.pipeline import eventually
 
-pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+pytestmark = [
+    pytest.mark.skipif(shutil.which("bash") is None, reason="no bash"),
+    # the module's secured node and start-script run cost 14 s: one xdist worker sets them up once
+    pytest.mark.xdist_group("deploy-acls"),
+]
 
 DEVICE = ScramUser("device", "device-secret")
 AUDIENCE = "kvldp-gateway"  # the stack's gateway's --audience

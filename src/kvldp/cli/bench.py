@@ -3,7 +3,7 @@
 ``fold`` and ``estimate`` time the mechanisms in process (:mod:`kvldp.bench.mechanism_cost`);
 ``ingest``, ``produce``, ``memory`` and ``gateway`` measure kvldp on Kafka against a
 baseline run alongside; ``fleet`` grows one partition's per-device state to millions of
-devices (:mod:`kvldp.bench.fleet`); ``rounds`` streams PrivKVM's rounds live; ``peers`` compares with other LDP
+devices (:mod:`kvldp.bench.fleet_scale`); ``rounds`` streams PrivKVM's rounds live; ``peers`` compares with other LDP
 libraries; ``reliability`` runs the failure scenarios of :mod:`kvldp.reliability`. Each
 prints a table, or its rows as JSON.
 """
@@ -214,7 +214,7 @@ def cmd_bench_gateway(args: argparse.Namespace) -> int:
 
 def cmd_bench_fleet(args: argparse.Namespace) -> int:
     """One partition's per-device state from thousands to millions of devices."""
-    from kvldp.bench.fleet import COLUMNS, bench_fleet
+    from kvldp.bench.fleet_scale import COLUMNS, bench_fleet
 
     rows = bench_fleet(args.devices, args.partitions, args.seed)
     emit(rows, args.json, format_table(rows, COLUMNS))
