@@ -217,3 +217,26 @@ def test_instantaneous_randomization_charges_every_report_as_an_upper_bound() ->
     assert f'{name}_count{{collection="book"}} 2.0' in text
     restored = AggregatorState.from_bytes(c, state.to_bytes())
     assert restored.device_spent().tolist() == state.device_spent().tolist()
+
+
+@pytest.mark.parametrize("memoize", [True, False])
+def test_the_tally_of_devices_by_charges_is_the_books_own_count(memoize: bool) -> None:
+    """The spent histogram reads how many devices were charged k times, kept as the book
+    charges: it equals a count over every device's charges, through a checkpoint too."""
+    c = collection(memoize, lifetime_epsilon=100.0)
+    state = AggregatorState(c)
+    rng = np.random.default_rng(4)
+    offset = 0
+    for fetch in range(6):
+        devices = rng.integers(0, 40, size=50)
+        records = [
+            single(c, offset + i, fetch, b"d%d" % d, int(rng.integers(0, 3)), int(rng.integers(0, 3)))
+            for i, d in enumerate(devices.tolist())
+        ]
+        offset += len(records)
+        send(state, records)
+        for book_state in (state, AggregatorState.from_bytes(c, state.to_bytes())):
+            charges = (book_state.device_spent() / c.epsilon).round().astype(np.int64)
+            values, counts = np.unique(charges, return_counts=True)
+            assert book_state.devices_by_charges() == dict(zip(values.tolist(), counts.tolist(), strict=True))
+    assert max(state.devices_by_charges()) > 1  # devices charged more than once were tallied

@@ -33,6 +33,7 @@ ledger's, never as an id; a device's reports stay in one partition because the k
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,12 @@ class DeviceBook:
         pairs: U64 | None = None,
     ) -> None:
         self.charged = charged or RowCounts()
+        #: how many devices were charged exactly k times, for every k >= 1 held: what the
+        #: spent-epsilon histogram reads, at a cost that does not grow with the devices
+        self.devices_by_charges: Counter[int] = Counter()
+        if charged is not None:
+            held = charged.values(charged.rows)
+            self._tally(held, 1)
         self.pairs = TagIndex(pairs)
         self._bucket = np.zeros(0, np.int64) if latest_bucket is None else np.asarray(latest_bucket, np.int64)
         self._latest: ReportBatch = dict(latest or {})
@@ -184,10 +191,10 @@ class DeviceBook:
             pairs = mix64(tags ^ mix64(payload_hashes(reports)))
             fresh_pairs, first = np.unique(pairs, return_index=True)
             new = self.pairs.find(fresh_pairs) < 0
-            self.charged.add(rows[first[new]], np.ones(int(new.sum()), np.int64))
+            self._charge(rows[first[new]])
             self.pairs.add(fresh_pairs[new])
         else:
-            self.charged.add(rows, np.ones(rows.shape[0], np.int64))
+            self._charge(rows)
         if not memoize:
             return None
         self._fit(int(rows.max()) + 1, reports)
@@ -204,6 +211,21 @@ class DeviceBook:
             self._latest[name][slots] = column[last]
         self._bucket[slots] = bucket_of[last]
         return retract
+
+    def _charge(self, rows: I64) -> None:
+        """One more charge for each of ``rows`` (repeats add up), kept in
+        :attr:`devices_by_charges` too."""
+        distinct, times = np.unique(rows, return_counts=True)
+        self._tally(self.charged.get(distinct), -1)
+        self.charged.add(distinct, times.astype(np.int64))
+        self._tally(self.charged.get(distinct), 1)
+
+    def _tally(self, charges: I64, sign: int) -> None:
+        values, devices = np.unique(charges[charges > 0], return_counts=True)
+        for value, count in zip(values.tolist(), devices.tolist(), strict=True):
+            self.devices_by_charges[value] += sign * count
+            if not self.devices_by_charges[value]:
+                del self.devices_by_charges[value]
 
     def to_wire(self, rows: int) -> dict[str, Any]:
         """The book's rows ``0 .. rows - 1`` (the partition's devices) for a checkpoint."""

@@ -129,13 +129,21 @@ class SnapshotCollector(PromCollector):
     def _spent_histogram(self, state: AggregatorState) -> HistogramMetricFamily:
         """Epsilon each device has spent on the collection, as the server can count it; with
         instantaneous randomization only an upper bound of it, under its own name."""
-        spent = state.device_spent()
-        bounds = epsilon_per_charge(self.collection) * np.asarray(SPENT_BUCKETS, dtype=np.float64)
+        per_charge = epsilon_per_charge(self.collection)
+        bounds = per_charge * np.asarray(SPENT_BUCKETS, dtype=np.float64)
         if state.rounds is not None:  # what a device has spent after 1, 2, ... c rounds
             mechanism = interactive_mechanism(self.collection)
             costs = [mechanism.round_epsilon(r) for r in range(mechanism.rounds)]
             bounds = np.cumsum(costs) * (1 + 1e-12)
-        cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
+            spent = state.device_spent()
+            cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
+            devices, total = spent.shape[0], float(spent.sum())
+        else:  # from the count of devices per number of charges: no pass over the devices
+            tally = state.devices_by_charges()
+            charges = np.array(sorted(tally), dtype=np.int64)
+            held = np.array([tally[k] for k in charges.tolist()], dtype=np.int64)
+            cumulative = np.cumsum(np.r_[0, held])[np.searchsorted(charges, SPENT_BUCKETS, side="right")]
+            devices, total = int(held.sum()), per_charge * float(np.dot(charges, held))
         if self.collection.instantaneous_randomizer is None:
             family = HistogramMetricFamily(
                 "kvldp_device_privacy_spent_epsilon",
@@ -154,8 +162,8 @@ class SnapshotCollector(PromCollector):
         family.add_metric(
             [self.collection.name],
             [(f"{b:g}", float(c)) for b, c in zip(bounds, cumulative, strict=True)]
-            + [("+Inf", float(spent.shape[0]))],
-            sum_value=float(spent.sum()),
+            + [("+Inf", float(devices))],
+            sum_value=total,
         )
         return family
 

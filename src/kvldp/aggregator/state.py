@@ -230,6 +230,14 @@ class AggregatorState:
         counts = np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
         return epsilon_per_charge(self.collection) * counts
 
+    def devices_by_charges(self) -> Counter[int]:
+        """How many devices of the device book were charged exactly k times, for every k
+        (all partitions): the spent histogram without a pass over the devices."""
+        total: Counter[int] = Counter()
+        for s in self.partitions.values():
+            total.update(s.book.devices_by_charges)
+        return total
+
     @property
     def reports_total(self) -> int:
         return sum(s.reports for s in self.partitions.values())

@@ -150,11 +150,16 @@ class RowCounts:
     def __init__(self, counts: I64 | None = None) -> None:
         held = np.zeros(0, np.int64) if counts is None else np.asarray(counts, np.int64)
         self._counts = np.minimum(held, COUNT_MAX).astype(np.int32)
-        self._size = held.shape[0]
+        self._size = int(held.shape[0])
 
     @property
     def nbytes(self) -> int:
         return int(self._counts.nbytes)
+
+    @property
+    def rows(self) -> int:
+        """Rows counted so far (past them every count is 0)."""
+        return self._size
 
     def values(self, rows: int) -> I64:
         """The counts of rows ``0 .. rows - 1``."""
