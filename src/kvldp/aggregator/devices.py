@@ -169,7 +169,9 @@ class DeviceBook:
             return
         size = max(rows, 2 * capacity, 16)
         self._bucket = _grown(self._bucket[:capacity], size, _UNSET)
-        columns = self._latest or {name: column[:0] for name, column in (template or {}).items()}
+        columns = self._latest or {
+            name: column[:0].astype(_smallest(column)) for name, column in (template or {}).items()
+        }
         self._latest = {name: _grown(column, size, 0) for name, column in columns.items()}
 
     def record(
@@ -202,13 +204,17 @@ class DeviceBook:
         slots = rows[last]
         bucket_of = np.full(tags.shape[0], NO_BUCKET, np.int64) if buckets is None else buckets
         had = self._bucket[slots] != _UNSET
-        retract = Retraction(
+        retract = Retraction(  # in the reports' own types: folding must not overflow a narrow one
             last,
-            {name: column[slots[had]].copy() for name, column in self._latest.items()},
+            {name: column[slots[had]].astype(reports[name].dtype) for name, column in self._latest.items()},
             self._bucket[slots[had]].copy(),
         )
         for name, column in reports.items():
-            self._latest[name][slots] = column[last]
+            stored = self._latest[name]
+            wider = np.promote_types(stored.dtype, _smallest(column))
+            if wider != stored.dtype:  # a value the narrow type cannot hold: widen, once per type
+                stored = self._latest[name] = stored.astype(wider)
+            stored[slots] = column[last]
         self._bucket[slots] = bucket_of[last]
         return retract
 
@@ -258,6 +264,14 @@ class DeviceBook:
         return cls(
             RowCounts(charged), bucket, latest, np.frombuffer(entry["pairs"], dtype="<u8").astype(np.uint64)
         )
+
+
+def _smallest(column: NDArray[Any]) -> np.dtype[Any]:
+    """The narrowest type holding every value of an integer column (other columns keep
+    theirs): a stored report takes the room its values need, not its decoded type's."""
+    if column.dtype.kind not in "iu" or not column.size:
+        return column.dtype
+    return np.promote_types(np.min_scalar_type(int(column.min())), np.min_scalar_type(int(column.max())))
 
 
 def _grown(column: NDArray[Any], size: int, blank: int) -> NDArray[Any]:
