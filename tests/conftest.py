@@ -35,6 +35,13 @@ def promtool() -> str:
 
 @pytest.fixture(scope="session")
 def broker() -> Iterator[EmbeddedBroker]:
+    """Tansu, the broker of ``make demo``. Tests that ask for it check what kvldp does on
+    top of any broker (estimates, privacy accounting, rounds, the gateway's answers,
+    dashboards, the device SDK); where the broker's own behaviour is what a test checks
+    (failures, restarts, rebalances, retention, compaction, TLS, ACLs, the gateway end to
+    end, produce's exits), the test runs on Apache Kafka (``apache_kafka``) or on both
+    (``bootstrap``), and one that stays on Tansu says why (a broker that forgets
+    everything on restart, Tansu's TLS front, its SASL refusals)."""
     with EmbeddedBroker(0) as running:
         yield running
 
