@@ -61,7 +61,7 @@ SCALES: dict[str, dict[str, dict[str, Any]]] = {
         "duplicates": {"reports": 200_000},
         "hostile_input": {"hostile": 10_000, "reports": 200_000},
         "broker_restart": {"reports": 400_000},
-        "budget_ledger": {"devices": 3_000},
+        "budget_ledger": {"devices": 1_000_000},
         "leader_failover": {"reports": 200_000, "failovers": 10},
         "state_compaction": {"slots": 30_000, "cycles": 12},
     },

@@ -31,6 +31,8 @@ async def budget_ledger(
     excess as ``budget_exceeded``, opens a new window on the next day and refuses reports
     stamped in a closed window."""
     out = Outcome("budget_ledger")
+    # waits grow with the fleet: a million devices are millions of single-report messages
+    patience = 60 + devices / 5_000
     collection, path = make_collection(
         workdir, "budget", "kvue", 4, partitions=2, max_reports_per_device=limit, budget_window="1d"
     )
@@ -59,7 +61,7 @@ async def budget_ledger(
     proc = AggregatorProcess(path, bootstrap, workdir, f"{collection.name}-a", state_dir=state_dir).start()
     await proc.ready()
     await publish(bootstrap, collection.reports_topic, sends(ids, limit, now))
-    out.check(await until(lambda: has_folded(proc, devices * limit), 60), "the budgeted reports folded")
+    out.check(await until(lambda: has_folded(proc, devices * limit), patience), "the budgeted reports folded")
     mark = time.time()
     out.check(await until(lambda: checkpointed_after(proc, mark), 30), "checkpointed")
     proc.kill()
@@ -75,7 +77,7 @@ async def budget_ledger(
     admitted = devices * limit + len(fresh) + 50 * limit
     refused = 2 * devices + 10
     samples = await drain(
-        out, proc, ("kvldp_reports_total", "kvldp_reports_rejected_total"), admitted + refused, 60
+        out, proc, ("kvldp_reports_total", "kvldp_reports_rejected_total"), admitted + refused, patience
     )
     name = (("collection", collection.name),)
     out.check(
