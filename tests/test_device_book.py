@@ -3,6 +3,7 @@ counting each device once, at its latest report (exactly, through checkpoints)."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -95,9 +96,30 @@ def test_book_survives_a_checkpoint_exactly() -> None:
     assert restarted.reports_total == straight.reports_total == 8
 
 
+def format_4(payload: dict[str, Any]) -> dict[str, Any]:
+    """A checkpoint with inline rows written as format 4 wrote it: every partition's
+    devices, its book (charges, latest reports, payload hashes) and each ledger window
+    whole, by row, beside its statistics."""
+    for entry in payload["partitions"].values():
+        rows = msgpack.unpackb(entry.pop("segment"), raw=False, strict_map_key=False)
+        assert rows["rows_from"] == rows["pairs_from"] == 0
+        del entry["tally"]
+        entry["devices"], entry["ledger"] = rows["tags"], rows["windows"]
+        book = rows["book"]
+        entry["book"] = {
+            "charged": book["charged"],
+            "bucket": book.get("bucket", b""),
+            "latest": book.get("latest", {}),
+            "pairs": rows["pairs"],
+        }
+    payload["v"] = 4
+    return payload
+
+
 def format_3(payload: dict[str, Any]) -> dict[str, Any]:
-    """A format-4 checkpoint written as format 3 wrote it: the book with its own sorted
-    devices and 64-bit charges, each ledger window with its own sorted devices."""
+    """A checkpoint with inline rows written as format 3 wrote it: the book with its own
+    sorted devices and 64-bit charges, each ledger window with its own sorted devices."""
+    payload = format_4(payload)
     for entry in payload["partitions"].values():
         tags = np.frombuffer(entry.pop("devices"), dtype="<u8")
         book = entry["book"]
@@ -117,17 +139,18 @@ def format_3(payload: dict[str, Any]) -> dict[str, Any]:
     return payload
 
 
-def test_a_format_3_checkpoint_resumes_exactly() -> None:
+@pytest.mark.parametrize("older", [format_3, format_4])
+def test_an_older_checkpoint_resumes_exactly(older: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     """Devices, charges, latest reports and the ledger of a format-3 checkpoint (kept
-    apart, sorted by device) load into rows, and the stream goes on as if never stopped:
-    the same refusals, statistics and spending."""
+    apart, sorted by device) or a format-4 one (whole, by row) load into rows, and the
+    stream goes on as if never stopped: the same refusals, statistics and spending."""
     c = collection(True, report_period="1h")
     straight, restarted = AggregatorState(c), AggregatorState(c)
     records = [single(c, i, i // 6, b"d%d" % (i % 4), i % 3, i % 3) for i in range(18)]
     refused = send(straight, records[:9]) + send(straight, records[9:])
     before = send(restarted, records[:9])
     payload = msgpack.unpackb(restarted.to_bytes(), raw=False, strict_map_key=False)
-    restarted = AggregatorState.from_bytes(c, msgpack.packb(format_3(payload), use_bin_type=True))
+    restarted = AggregatorState.from_bytes(c, msgpack.packb(older(payload), use_bin_type=True))
     after = send(restarted, records[9:])
     assert [r.offset for r in before + after] == [r.offset for r in refused] and refused
     assert restarted.all_stats() == straight.all_stats()

@@ -388,7 +388,7 @@ async def test_a_reset_topic_starts_a_new_epoch(broker: EmbeddedBroker, tmp_path
     )
     ahead.fold_reports(0, earlier, None)
     ahead.partition(0).next_offset = 500
-    CheckpointStore(tmp_path, collection).save(ahead.to_bytes())
+    CheckpointStore(tmp_path, collection).save(CheckpointStore(tmp_path, collection).take(ahead))
     lines: list[str] = []
     agg = Aggregator(
         collection,

@@ -11,11 +11,14 @@ import numpy as np
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from kvldp.aggregator import statetopic
+from kvldp.aggregator.ledgerkey import LEDGER_KEY_ENV
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
 from kvldp.aggregator.statetopic import Snapshots, StateFollower, StateTopic, decode, encode
 from kvldp.aggregator.topics import STATE_TOPIC_CONFIG
+from kvldp.bench.fleet_scale import Fleet, fleet_collection
 from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.common.collection import Collection
 from kvldp.common.errors import KvldpError
@@ -34,10 +37,15 @@ def worker(collection: Collection, bootstrap: str) -> Aggregator:
 
 @pytest.mark.asyncio
 async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
-    apache_kafka: ApacheKafka, tmp_path: Path
+    apache_kafka: ApacheKafka, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Statistics and device books (the collection has a privacy table) are handed over
+    exactly: the spent epsilon of every device equals the oracle's after the hand-over."""
+    monkeypatch.setenv(LEDGER_KEY_ENV, "workers share this")
     bootstrap = apache_kafka.bootstrap_servers
-    collection = unique_collection("kvue", 5, partitions=4, windows=["all"])
+    collection = unique_collection(
+        "kvue", 5, privacy={"lifetime_epsilon": 1e6}, partitions=4, windows=["all"]
+    )
     users = simulate.simulate(collection, "gaussian", 8_000, seed=5)
     exporter = MergedExporter(collection, bootstrap, metrics_port=0, refit_interval=0.3, log=lambda _: None)
     first, second = worker(collection, bootstrap), worker(collection, bootstrap)
@@ -66,6 +74,9 @@ async def test_two_workers_and_an_exporter_match_the_oracle_across_a_handover(
         )
         clean = await oracle(collection, bootstrap, tmp_path)
         assert exporter.state.all_stats() == clean.all_stats()
+        assert sorted(first.state.device_spent().tolist()) == sorted(clean.device_spent().tolist())
+        assert exporter.state.devices_by_charges() == clean.devices_by_charges()
+        assert sum(clean.devices_by_charges().values()) == len(clean.device_spent()) > 100
         await wait_for(lambda: exporter.exporter.snapshot is not None, 10, "a refit")
         await wait_for(
             lambda: exporter.exporter.snapshot.fits["all"].n_reports == 8000,  # type: ignore[union-attr]
@@ -122,7 +133,10 @@ async def test_a_follower_reads_every_partition_of_a_state_topic_on_apache_kafka
     publisher = StateTopic(collection, bootstrap)
     await publisher.start()
     try:
-        await publisher.publish({p: AggregatorState(collection).partition(p) for p in range(8)})
+        state = AggregatorState(collection)
+        for p in range(8):
+            state.partition(p)
+        await publisher.publish(state, set(range(8)))
     finally:
         await publisher.stop()
     held = await count_records(bootstrap, collection.state_topic)
@@ -137,6 +151,59 @@ async def test_a_follower_reads_every_partition_of_a_state_topic_on_apache_kafka
         await asyncio.gather(task, return_exceptions=True)
         await follower.stop()
     assert sorted(follower.snapshots) == list(range(8))
+
+
+@pytest.mark.asyncio
+async def test_a_large_device_book_travels_in_pieces_and_a_replaced_chain_is_deleted(
+    apache_kafka: ApacheKafka,
+) -> None:
+    """A book of 150,000 memoized devices: its base goes as several pieces, the next
+    snapshot only as the rows one fetch changed; once a new base replaces the chain, the
+    old pieces are deleted with tombstones. A follower restores every row each time."""
+    bootstrap = apache_kafka.bootstrap_servers
+    fleet = Fleet(fleet_collection("grr", True), seed=3)
+    collection = fleet.collection
+    fleet.grow(0, 150_000)
+    publisher, follower = StateTopic(collection, bootstrap), StateFollower(collection, bootstrap)
+    await publisher.start()
+    await follower.start()
+    reading = asyncio.create_task(follower.follow())
+    part = fleet.state.partition(0)
+
+    async def restored() -> list[int]:
+        """The charges of every row, as a worker taking the partition over restores them."""
+        await wait_for(
+            lambda: 0 in follower.snapshots and follower.snapshots[0].rank[1] == part.next_offset,
+            30,
+            "the snapshot",
+        )
+        assert await follower.caught_up(30)
+        state = decode(collection, 0, follower.snapshots[0].value, follower.snapshots.reader(0))
+        assert state.devices.tags.tolist() == part.devices.tags.tolist()
+        assert state.chain.entries == part.chain.entries
+        return list(state.book.charged.values(len(state.devices)))
+
+    try:
+        await publisher.publish(fleet.state, {0})
+        (base,) = part.chain.entries
+        assert base[1] > 3 * statetopic.PIECE_BYTES
+        assert await restored() == list(part.book.charged.values(150_000))
+        fleet.fold(0, fleet.known_fetch(0))
+        await publisher.publish(fleet.state, {0}, follower.snapshots)
+        assert len(part.chain.entries) == 2 and part.chain.entries[1][1] < 100_000
+        assert await restored() == list(part.book.charged.values(150_000))
+        part.chain.lost()  # the next snapshot is a new base: the old chain's pieces go
+        fleet.fold(0, fleet.known_fetch(0))
+        await publisher.publish(fleet.state, {0}, follower.snapshots)
+        assert await restored() == list(part.book.charged.values(150_000))
+        (new_base,) = part.chain.entries
+        kept = set(statetopic.piece_keys(0, *new_base))
+        await wait_for(lambda: set(follower.snapshots.pieces[0]) == kept, 30, "tombstones for the old pieces")
+    finally:
+        reading.cancel()
+        await asyncio.gather(reading, return_exceptions=True)
+        await publisher.stop()
+        await follower.stop()
 
 
 def test_the_current_snapshot_is_the_greatest_epoch_then_offset_never_the_last_written() -> None:

@@ -81,7 +81,7 @@ def test_checkpoint_round_trip_and_mismatch(tmp_path: Path) -> None:
     assert work is not None and len(work.rejected) == 1
     work.apply(state)
     store = CheckpointStore(tmp_path, c)
-    store.save(state.to_bytes())
+    store.save(store.take(state))
     loaded = store.load()
     assert loaded is not None
     assert loaded.all_stats() == state.all_stats()
@@ -141,7 +141,7 @@ def test_instantaneous_randomization_is_decoded_folded_and_estimated_as_the_comp
     stats = state.all_stats()
     assert stats == channel.new_stats().fold(channel.plausible(sent))
     store = CheckpointStore(tmp_path, c)
-    store.save(state.to_bytes())
+    store.save(store.take(state))
     loaded = store.load()
     assert loaded is not None and loaded.all_stats() == stats
     est = channel.estimate(stats, "unbiased")

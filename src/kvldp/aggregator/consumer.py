@@ -19,11 +19,13 @@ from kvldp.kafka.client_config import KafkaConfig
 MAX_RECORDS = 20_000
 #: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
 #: a member that sends no heartbeat for this long is expelled from the group (aiokafka sends
-#: none while a rebalance listener runs: see :data:`ASSIGNMENT_BUDGET_S`)
+#: none while a rebalance listener runs, so a worker's listener only pauses the partitions
+#: it is given: their snapshots are waited for and loaded after it returns)
 SESSION_TIMEOUT_MS = 6_000
-#: the longest a worker's assignment callback waits for snapshots, all partitions together:
-#: half the session timeout, so that the member is never expelled while it waits
-ASSIGNMENT_BUDGET_S = SESSION_TIMEOUT_MS / 2000
+#: the longest a worker waits for the snapshots of newly assigned partitions (all together)
+#: before reading on from older ones (exact too, only more to re-read): the previous owner
+#: publishes before it gives them up, so they come at once unless it died
+SNAPSHOT_WAIT_S = SESSION_TIMEOUT_MS / 2000
 #: fetch; 4 MiB is no faster (``kvldp bench ingest``) and keeps 4x more bytes in flight
 FETCH_BYTES = 1 << 20
 

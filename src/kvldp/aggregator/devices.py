@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.aggregator.tag_index import RowCounts, TagIndex
+from kvldp.aggregator.tag_index import RowCounts, TagIndex, grown
 from kvldp.common.collection import Collection
 from kvldp.common.schema import ReportBatch
 
@@ -140,7 +140,6 @@ class DeviceBook:
         self.pairs = TagIndex(pairs)
         self._bucket = np.zeros(0, np.int64) if latest_bucket is None else np.asarray(latest_bucket, np.int64)
         self._latest: ReportBatch = dict(latest or {})
-        self._rows = self._bucket.shape[0] if self._latest else 0
 
     @property
     def nbytes(self) -> int:
@@ -167,12 +166,11 @@ class DeviceBook:
         capacity = self._bucket.shape[0] if self._latest else 0
         if rows <= capacity:
             return
-        size = max(rows, 2 * capacity, 16)
-        self._bucket = _grown(self._bucket[:capacity], size, _UNSET)
+        self._bucket = grown(self._bucket[:capacity], capacity, rows, _UNSET)
         columns = self._latest or {
             name: column[:0].astype(_smallest(column)) for name, column in (template or {}).items()
         }
-        self._latest = {name: _grown(column, size, 0) for name, column in columns.items()}
+        self._latest = {name: grown(column, capacity, rows, 0) for name, column in columns.items()}
 
     def record(
         self,
@@ -233,29 +231,54 @@ class DeviceBook:
             if not self.devices_by_charges[value]:
                 del self.devices_by_charges[value]
 
-    def to_wire(self, rows: int) -> dict[str, Any]:
-        """The book's rows ``0 .. rows - 1`` (the partition's devices) for a checkpoint."""
-        bucket, latest = self.latest_of(rows) if self._latest else (self._bucket[:0], {})
-        return {
-            "charged": self.charged.values(rows).astype("<i4").tobytes(),
-            "bucket": bucket.astype("<i8").tobytes(),
-            "latest": {
-                name: [list(column.shape[1:]), column.dtype.str, np.ascontiguousarray(column).tobytes()]
-                for name, column in latest.items()
-            },
-            "pairs": self.pairs.tags.astype("<u8").tobytes(),
-        }
+    def rows_to_wire(self, rows: I64) -> dict[str, Any]:
+        """The book's entries of ``rows`` (charges; latest reports and their buckets when
+        the book keeps them), for a segment (:mod:`kvldp.aggregator.device_segments`)."""
+        out: dict[str, Any] = {"charged": self.charged.get(rows).astype("<i4").tobytes()}
+        if self._latest:
+            self._fit(int(rows.max()) + 1 if rows.size else 0, None)
+            out["bucket"] = self._bucket[rows].astype("<i8").tobytes()
+            out["latest"] = {
+                name: [list(column.shape[1:]), column.dtype.str, np.ascontiguousarray(column[rows]).tobytes()]
+                for name, column in self._latest.items()
+            }
+        return out
+
+    def rows_from_wire(self, rows: I64, entry: dict[str, Any]) -> None:
+        """Set the entries of ``rows`` (distinct) from :meth:`rows_to_wire`."""
+        charged = np.frombuffer(entry["charged"], dtype="<i4").astype(np.int64)
+        if charged.shape[0] != rows.shape[0]:
+            raise ValueError("a segment's charges and rows differ in length")
+        self._tally(self.charged.get(rows), -1)
+        self.charged.set(rows, charged)
+        self._tally(charged, 1)
+        if "latest" not in entry or not rows.size:
+            return
+        latest = _columns(entry["latest"])
+        bucket = np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64)
+        if {bucket.shape[0], *(column.shape[0] for column in latest.values())} != {rows.shape[0]}:
+            raise ValueError("a segment's latest reports and rows differ in length")
+        self._fit(int(rows.max()) + 1, latest)
+        if set(latest) != set(self._latest):
+            raise ValueError("a segment's latest reports have other fields than the book's")
+        for name, column in latest.items():
+            stored = self._latest[name]
+            if stored.shape[1:] != column.shape[1:]:
+                raise ValueError(f"a segment's latest {name!r} has another shape than the book's")
+            wider = np.promote_types(stored.dtype, column.dtype)
+            if wider != stored.dtype:
+                stored = self._latest[name] = stored.astype(wider)
+            stored[rows] = column
+        self._bucket[rows] = bucket
 
     @classmethod
     def from_wire(cls, entry: dict[str, Any], rows: int) -> DeviceBook:
-        """A book of ``rows`` rows from :meth:`to_wire` (or, a book of format 3, from arrays
+        """A book of ``rows`` rows as checkpoint formats 3 and 4 kept it (format 3: arrays
         aligned with the first rows of the partition's devices)."""
         charged = np.frombuffer(entry["charged"], dtype="<i4" if "tags" not in entry else "<i8").astype(
             np.int64
         )
-        latest: ReportBatch = {}
-        for name, (shape, dtype, data) in entry["latest"].items():
-            latest[str(name)] = np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape).copy()
+        latest = _columns(entry["latest"])
         bucket = np.frombuffer(entry["bucket"], dtype="<i8").astype(np.int64)
         sizes = {charged.shape[0]} | ({bucket.shape[0]} if latest else set())
         sizes |= {column.shape[0] for column in latest.values()}
@@ -266,16 +289,17 @@ class DeviceBook:
         )
 
 
+def _columns(wire: dict[str, Any]) -> ReportBatch:
+    """Report columns from their wire form ``{name: [shape of a row, dtype, bytes]}``."""
+    return {
+        str(name): np.frombuffer(data, dtype=np.dtype(dtype)).reshape(-1, *shape).copy()
+        for name, (shape, dtype, data) in wire.items()
+    }
+
+
 def _smallest(column: NDArray[Any]) -> np.dtype[Any]:
     """The narrowest type holding every value of an integer column (other columns keep
     theirs): a stored report takes the room its values need, not its decoded type's."""
     if column.dtype.kind not in "iu" or not column.size:
         return column.dtype
     return np.promote_types(np.min_scalar_type(int(column.min())), np.min_scalar_type(int(column.max())))
-
-
-def _grown(column: NDArray[Any], size: int, blank: int) -> NDArray[Any]:
-    """``column`` in an array of ``size`` rows, the rows after it set to ``blank``."""
-    out = np.full((size, *column.shape[1:]), blank, dtype=column.dtype)
-    out[: column.shape[0]] = column
-    return out

@@ -112,6 +112,7 @@ class Plan:
             distinct = charges_distinct_payloads(state.collection)
             rows = target.devices.add(self.devices)
             change = target.book.record(rows, self.devices, reports, buckets, memoize, distinct)
+            target.chain.touch(rows)
             if change is not None:  # memoized: each device counts once, at its latest report
                 state.retract(self.partition, change)
                 target.folded += int(np.sum(~change.keep))
@@ -129,7 +130,7 @@ class Plan:
         if self.implausible is not None:
             target.flagged.add(self.implausible)
         target.recent.insert(self.tagged, self.tagged_at, self.probe)
-        target.ledger.commit(self.charges, target.devices)
+        target.chain.touch(target.ledger.commit(self.charges, target.devices))
         target.last_digest = self.last_digest
 
 

@@ -121,14 +121,18 @@ class Ledger:
             )
         return outcome, Charges(charges)
 
-    def commit(self, charges: Charges, index: TagIndex) -> None:
+    def commit(self, charges: Charges, index: TagIndex) -> I64:
         """Record what :meth:`assess` found (its devices get rows of ``index`` if they had
-        none), and keep the latest two windows."""
+        none), and keep the latest two windows; returns the rows charged."""
+        charged = [np.zeros(0, np.int64)]
         for window, (devices, spent) in charges.windows.items():
-            self.windows.setdefault(window, RowCounts()).add(index.add(devices), spent)
+            rows = index.add(devices)
+            self.windows.setdefault(window, RowCounts()).add(rows, spent)
+            charged.append(rows)
         newest = max(self.windows, default=0)
         for window in [w for w in self.windows if w < newest - 1]:
             del self.windows[window]
+        return np.concatenate(charged)
 
 
 def _group_cumsum(values: I64, groups: I64) -> I64:

@@ -56,7 +56,7 @@ class MergedExporter(ServingRole):
             log,
             self.exporter.registry,
         )
-        self.follower = StateFollower(collection, self.kafka, self.reachability.failed)
+        self.follower = StateFollower(collection, self.kafka, self.reachability.failed, pieces=False)
         self._refused: set[tuple[int, tuple[int, int]]] = set()
 
     async def run(self, stop: asyncio.Event, ready: Callable[[MergedExporter], None] | None = None) -> None:
@@ -95,7 +95,7 @@ class MergedExporter(ServingRole):
         for p in sorted(changed):
             entry = self.follower.snapshots[p]
             try:
-                self.state.partitions[p] = decode(self.collection, p, entry.value)
+                self.state.partitions[p] = decode(self.collection, p, entry.value, rows=False)
             except CheckpointMismatch as exc:
                 if (p, entry.rank) not in self._refused:  # say it once per snapshot
                     self._refused.add((p, entry.rank))

@@ -48,7 +48,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.errors import CommitFailedError, KafkaError, NoOffsetForPartitionError, OffsetOutOfRangeError
 
 from kvldp.aggregator.console import stderr_line
-from kvldp.aggregator.consumer import ASSIGNMENT_BUDGET_S, MAX_RECORDS, reports_consumer
+from kvldp.aggregator.consumer import MAX_RECORDS, SNAPSHOT_WAIT_S, reports_consumer
 from kvldp.aggregator.control_publisher import ControlPublisher
 from kvldp.aggregator.dlq import dead_letter, dlq_producer
 from kvldp.aggregator.exporter import Exporter
@@ -114,6 +114,9 @@ class Aggregator(ServingRole):
         self.follower: StateFollower | None = None
         self._dirty: set[int] = set()
         self._verify: set[int] = set()
+        #: assigned partitions (paused) whose snapshots a worker is still loading
+        self._loading: set[int] = set()
+        self._loader: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
         self._dlq: AIOKafkaProducer | None = None
         self._save_lock = asyncio.Lock()
@@ -174,7 +177,7 @@ class Aggregator(ServingRole):
                     "their next owner reads on from the previous ones (nothing is counted twice)"
                 )
         finally:
-            for task in tasks:
+            for task in [*tasks, *([self._loader] if self._loader is not None else [])]:
                 task.cancel()
             deadline = self._kafka_deadline or asyncio.get_running_loop().time() + STOP_GRACE_S
             unclean = await close_within(
@@ -219,7 +222,7 @@ class Aggregator(ServingRole):
         if self._fatal is not None:
             raise self._fatal
         for tp, records in fetched.items():
-            if not records or tp not in consumer.assignment():
+            if not records or tp not in consumer.assignment() or tp.partition in self._loading:
                 continue
             state = self.state.partition(tp.partition)
             if tp.partition in self._verify:
@@ -309,7 +312,10 @@ class Aggregator(ServingRole):
             self._seek_to_state(tp)
 
     def _seek_to_state(self, tp: TopicPartition) -> None:
-        """Read ``tp`` on from the partition's state (the record before it first, when verifying)."""
+        """Read ``tp`` on from the partition's state (the record before it first, when
+        verifying); a partition still loading is positioned once loaded."""
+        if tp.partition in self._loading:
+            return
         state = self.state.partition(tp.partition)
         if self._consumer is not None and tp in self._consumer.assignment():
             verifying = tp.partition in self._verify
@@ -363,6 +369,8 @@ class Aggregator(ServingRole):
         if consumer is None:
             return
         for tp in list(consumer.assignment()):
+            if tp.partition in self._loading:
+                continue
             highwater = consumer.highwater(tp)
             state = self.state.partition(tp.partition)
             if highwater is not None:
@@ -378,7 +386,7 @@ class Aggregator(ServingRole):
         out = {}
         for tp in consumer.assignment():
             highwater = consumer.highwater(tp)
-            if highwater is not None:
+            if highwater is not None and tp.partition not in self._loading:
                 out[tp.partition] = max(0, highwater - self.state.partition(tp.partition).next_offset)
         return out
 
@@ -400,13 +408,15 @@ class Aggregator(ServingRole):
             offsets = {p: self.state.partition(p).next_offset for p in changed}
             try:
                 if self.store is not None:
-                    await asyncio.to_thread(self.store.save, self.state.to_bytes())
+                    await asyncio.to_thread(self.store.save, self.store.take(self.state))
                 if self.snapshots is not None:
                     if not self.reachability.up:  # no replica can acknowledge it: keep it for later
                         self._dirty |= changed
                         return
                     async with asyncio.timeout_at(self._kafka_deadline):
-                        await self.snapshots.publish({p: self.state.partition(p) for p in changed})
+                        await self.snapshots.publish(
+                            self.state, changed, self.follower.snapshots if self.follower else None
+                        )
             except Exception as exc:
                 self._dirty |= changed
                 if not transient(exc):
@@ -467,6 +477,11 @@ class Aggregator(ServingRole):
     # ------------------------------------------------------------------ rebalancing
     async def revoked(self, revoked: list[TopicPartition]) -> None:
         mine = {tp.partition for tp in revoked}
+        if self._loader is not None:  # partitions still loading have nothing to publish
+            self._loader.cancel()
+            await asyncio.gather(self._loader, return_exceptions=True)
+            self._loader = None
+        self._loading -= mine
         self._dirty |= mine & set(self.state.partitions)
         await self.checkpoint(mine)
         if self.role == "worker":
@@ -475,17 +490,43 @@ class Aggregator(ServingRole):
                 self._verify.discard(p)
 
     async def assigned(self, assigned: list[TopicPartition]) -> None:
+        """Start reading the assigned partitions from their state. A worker takes theirs
+        over from the state topic after this returns (aiokafka sends no heartbeat while a
+        listener runs): until then they are paused, and nothing reads their state."""
         consumer = self._consumer
         assert consumer is not None
-        if self.follower is not None:
-            await self._load_snapshots(consumer, self.follower, assigned)
+        if self.follower is None:
+            for tp in assigned:
+                self._start_at_state(consumer, tp)
+            return
+        consumer.pause(*assigned)
+        self._loading |= {tp.partition for tp in assigned}
+        self._loader = asyncio.create_task(
+            self._take_over(consumer, self.follower, assigned), name="take over"
+        )
+
+    def _start_at_state(self, consumer: AIOKafkaConsumer, tp: TopicPartition) -> None:
+        state = self.state.partition(tp.partition)
+        if state.next_offset > 0 and state.last_digest:
+            self._verify.add(tp.partition)  # re-read the last folded record first
+            consumer.seek(tp, state.next_offset - 1)
+        else:
+            consumer.seek(tp, state.next_offset)
+
+    async def _take_over(
+        self, consumer: AIOKafkaConsumer, follower: StateFollower, assigned: list[TopicPartition]
+    ) -> None:
+        """Load the assigned partitions' snapshots, then read each on from its state."""
+        try:
+            await self._load_snapshots(consumer, follower, assigned)
+        except Exception as exc:  # raised from the consume loop
+            self._fatal = exc
+            return
         for tp in assigned:
-            state = self.state.partition(tp.partition)
-            if state.next_offset > 0 and state.last_digest:
-                self._verify.add(tp.partition)  # re-read the last folded record first
-                consumer.seek(tp, state.next_offset - 1)
-            else:
-                consumer.seek(tp, state.next_offset)
+            if tp.partition in self._loading and tp in consumer.assignment():
+                self._loading.discard(tp.partition)
+                self._start_at_state(consumer, tp)
+                consumer.resume(tp)
 
     async def _load_snapshots(
         self, consumer: AIOKafkaConsumer, follower: StateFollower, assigned: list[TopicPartition]
@@ -493,15 +534,13 @@ class Aggregator(ServingRole):
         """Take over assigned partitions from the state topic. The previous owner published
         each snapshot before committing its offset, so the committed offset says which
         snapshot to wait for. An older one would also be correct (every snapshot is a
-        consistent prefix); it only means re-reading some records.
-
-        aiokafka sends no heartbeat while this runs, so everything here shares one bound,
-        :data:`ASSIGNMENT_BUDGET_S`: the committed offsets are asked for together, the
-        snapshots waited for together, and a partition with nothing committed (a new
-        collection, an added partition) waits for none."""
+        consistent prefix); it only means re-reading some records. All the partitions
+        share one bound, :data:`SNAPSHOT_WAIT_S`: the committed offsets are asked for
+        together, the snapshots waited for together, and a partition with nothing
+        committed (a new collection, an added partition) waits for none."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + ASSIGNMENT_BUDGET_S
-        await follower.caught_up(timeout=ASSIGNMENT_BUDGET_S / 2)
+        deadline = loop.time() + SNAPSHOT_WAIT_S
+        await follower.caught_up(timeout=SNAPSHOT_WAIT_S / 2)
         offsets = await asyncio.gather(*(_committed(consumer, tp) for tp in assigned))
         entries = await asyncio.gather(
             *(
@@ -517,14 +556,17 @@ class Aggregator(ServingRole):
                     f"partition {tp.partition}: the newest snapshot in {self.collection.state_topic} is at offset "
                     f"{entry.rank[1]}, below the committed {committed}; re-reading from there (nothing is counted twice)"
                 )
+            # decoding takes time in proportion to the partition's devices: in a thread
+            segments = follower.snapshots.reader(tp.partition)
             try:
-                self.state.partitions[tp.partition] = decode(self.collection, tp.partition, entry.value)
+                loaded = await asyncio.to_thread(decode, self.collection, tp.partition, entry.value, segments)
             except CheckpointMismatch as exc:
-                # raised from the consume loop: aiokafka swallows listener errors
-                self._fatal = CheckpointMismatch(
+                raise CheckpointMismatch(
                     f"the snapshot of partition {tp.partition} in {self.collection.state_topic} "
-                    f"is not this collection's: {exc}"
-                )
+                    f"cannot be loaded (another collection's, or damaged): {exc}"
+                ) from exc
+            if tp.partition in self._loading:
+                self.state.partitions[tp.partition] = loaded
 
 
 #: how each role names itself, and what it does while Kafka does not answer

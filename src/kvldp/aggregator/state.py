@@ -7,7 +7,10 @@ statistics*):
   counts)``; a record is folded only if its offset is at least ``next_offset``, which
   then moves past it, so redelivery after a rebalance or a restart is a no-op;
 * a checkpoint stores every partition's state *together with* its next offset, written
-  to a temporary file, fsynced and renamed over the previous one (atomic on POSIX);
+  to a temporary file, fsynced and renamed over the previous one (atomic on POSIX); the
+  per-device rows, which grow with the fleet, are not rewritten: the checkpoint lists a
+  chain of segments, each holding the rows changed since the one before it
+  (:mod:`kvldp.aggregator.device_segments`), written before the head that lists them;
 * after a crash the aggregator loads the last checkpoint and seeks every partition to
   its ``next_offset``: reports folded after that checkpoint are folded again exactly
   once, because the statistics went back with the offsets. Kafka's committed offsets
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,7 +37,9 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator import device_segments as segments
 from kvldp.aggregator.dedup import RecentIds
+from kvldp.aggregator.device_segments import Segment, SegmentChain
 from kvldp.aggregator.devices import NO_BUCKET, DeviceBook, Retraction, epsilon_per_charge
 from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
@@ -48,10 +54,11 @@ from kvldp.common.schema import ReportBatch
 from kvldp.common.stats import Stats
 
 FORMAT = "kvldp-checkpoint"
-VERSION = 4
+VERSION = 5
 #: older versions still read: 2 kept report ids without their partition times, 3 kept the
-#: device book's and each ledger window's devices apart
-READABLE = (2, 3, 4)
+#: device book's and each ledger window's devices apart, 4 kept every partition's
+#: per-device rows whole in the checkpoint (5 keeps them in segments)
+READABLE = (2, 3, 4, 5)
 
 
 class CheckpointMismatch(KvldpError):
@@ -112,10 +119,17 @@ class PartitionState:
     round_book: RoundBook = field(default_factory=RoundBook)
     #: devices with reports refused as implausible (docs/plausibility.md)
     flagged: FlaggedDevices = field(default_factory=FlaggedDevices)
+    #: the checkpointed segments of the per-device rows (devices, book, ledger)
+    chain: SegmentChain = field(default_factory=SegmentChain)
 
     @property
     def reports(self) -> int:
         return self.folded
+
+    def take_segment(self) -> Segment | None:
+        """The segment of the per-device rows that changed since the last one taken
+        (:meth:`SegmentChain.take`)."""
+        return self.chain.take(self.devices, self.book, self.ledger)
 
 
 class AggregatorState:
@@ -268,44 +282,62 @@ class AggregatorState:
 
     # ------------------------------------------------------------------ bytes
     def to_bytes(self) -> bytes:
+        """The whole state in one message, per-device rows included (a base segment per
+        partition, inline)."""
+        return self._pack(
+            {
+                p: {**self._entry(s), "segment": segments.encode(s.devices, s.book, s.ledger, 0, 0, _all(s))}
+                for p, s in self.partitions.items()
+            }
+        )
+
+    def head_bytes(self, partitions: list[int] | None = None) -> bytes:
+        """The checkpoint of ``partitions`` (all by default) listing, for the per-device rows,
+        each partition's chain of segments (stored apart: :meth:`PartitionState.take_segment`)."""
+        chosen = self.partitions if partitions is None else {p: self.partitions[p] for p in partitions}
+        return self._pack({p: {**self._entry(s), "segments": s.chain.entries} for p, s in chosen.items()})
+
+    def _pack(self, entries: dict[int, dict[str, Any]]) -> bytes:
         payload: dict[str, Any] = {
             "format": FORMAT,
             "v": VERSION,
             "collection": self.collection.name,
             "digest": self.collection.digest,
             "bucket_ms": self.bucket_ms,
-            "partitions": {
-                str(p): {
-                    "next": s.next_offset,
-                    "base": s.base.to_bytes(),
-                    "buckets": {str(b): st.to_bytes() for b, st in s.buckets.items()},
-                    "rejected": dict(s.rejected),
-                    "duplicates": s.duplicates,
-                    "resets": s.resets,
-                    "lost": s.lost,
-                    "recent": s.recent.ordered().astype("<u8").tobytes(),
-                    "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
-                    "devices": s.devices.tags.astype("<u8").tobytes(),
-                    "ledger": {
-                        str(w): c.values(len(s.devices)).astype("<i4").tobytes()
-                        for w, c in s.ledger.windows.items()
-                    },
-                    "last": s.last_digest,
-                    "highwater": s.highwater,
-                    "folded": s.folded,
-                    "flagged": s.flagged.to_wire(),
-                    **({"book": s.book.to_wire(len(s.devices))} if self.tracks_devices else {}),
-                    **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
-                }
-                for p, s in self.partitions.items()
-            },
+            "partitions": {str(p): entry for p, entry in entries.items()},
         }
         if self.rounds is not None:
             payload["rounds"] = self.rounds.to_wire()
         return bytes(msgpack.packb(payload, use_bin_type=True))
 
+    def _entry(self, s: PartitionState) -> dict[str, Any]:
+        """A partition's checkpoint entry, its per-device rows aside."""
+        return {
+            "next": s.next_offset,
+            "base": s.base.to_bytes(),
+            "buckets": {str(b): st.to_bytes() for b, st in s.buckets.items()},
+            "rejected": dict(s.rejected),
+            "duplicates": s.duplicates,
+            "resets": s.resets,
+            "lost": s.lost,
+            "recent": s.recent.ordered().astype("<u8").tobytes(),
+            "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
+            "last": s.last_digest,
+            "highwater": s.highwater,
+            "folded": s.folded,
+            "flagged": s.flagged.to_wire(),
+            "tally": sorted(s.book.devices_by_charges.items()),
+            **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
+        }
+
     @classmethod
-    def from_bytes(cls, collection: Collection, data: bytes) -> AggregatorState:
+    def from_bytes(
+        cls, collection: Collection, data: bytes, segment: SegmentReader | None = None, rows: bool = True
+    ) -> AggregatorState:
+        """A state from :meth:`to_bytes` or :meth:`head_bytes` (or an older format), reading
+        the segments a head lists with ``segment(partition, name)``. With ``rows=False``
+        the per-device rows are left out (the spent tally is kept): what a reader of the
+        statistics alone needs."""
         try:
             payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except Exception as exc:
@@ -330,10 +362,9 @@ class AggregatorState:
             if state.rounds is not None:
                 state.rounds = RoundState.from_wire(collection, payload["rounds"])
             for p, entry in payload["partitions"].items():
-                devices, book, ledger = _device_state(entry)
                 base = Stats.from_bytes(mech, entry["base"])
                 buckets = {int(b): Stats.from_bytes(mech, v) for b, v in entry["buckets"].items()}
-                state.partitions[int(p)] = PartitionState(
+                part = state.partitions[int(p)] = PartitionState(
                     next_offset=int(entry["next"]),
                     base=base,
                     buckets=buckets,
@@ -342,11 +373,8 @@ class AggregatorState:
                     resets=int(entry["resets"]),
                     lost=int(entry.get("lost", 0)),
                     recent=recent_ids(collection, entry),
-                    ledger=ledger,
-                    devices=devices,
                     last_digest=bytes(entry["last"]),
                     highwater=int(entry["highwater"]),
-                    book=book,
                     flagged=(
                         FlaggedDevices.from_wire(entry["flagged"]) if "flagged" in entry else FlaggedDevices()
                     ),
@@ -358,16 +386,46 @@ class AggregatorState:
                         entry.get("folded", base.n_reports + sum(s.n_reports for s in buckets.values()))
                     ),
                 )
-        except (KeyError, TypeError, ValueError, AttributeError, KvldpError) as exc:
+                if payload["v"] < 5:
+                    part.devices, part.book, part.ledger = _device_state(entry)
+                elif rows:
+                    _restore_rows(part, int(p), entry, segment)
+                else:
+                    part.book.devices_by_charges.update({int(k): int(c) for k, c in entry["tally"]})
+        except (KeyError, TypeError, ValueError, AttributeError, OSError, KvldpError) as exc:
             raise CheckpointMismatch(f"checkpoint is corrupt: {type(exc).__name__}: {exc}") from exc
         return state
 
 
+#: reads segment ``name`` of a partition (:class:`KeyError` or :class:`OSError` if missing)
+SegmentReader = Callable[[int, str], bytes]
+
+
+def _all(s: PartitionState) -> IntArray:
+    return np.arange(len(s.devices), dtype=np.int64)
+
+
+def _restore_rows(part: PartitionState, p: int, entry: dict[str, Any], segment: SegmentReader | None) -> None:
+    """Rebuild a partition's per-device rows from its inline segment or its chain."""
+    if "segment" in entry:
+        segments.apply(part.devices, part.book, part.ledger, bytes(entry["segment"]))
+        return
+    chain = [(str(name), int(size)) for name, size in entry["segments"]]
+    if chain and segment is None:
+        raise ValueError("the checkpoint lists segments and none can be read")
+    for name, size in chain:
+        data = segment(p, name) if segment is not None else b""
+        if len(data) != size:
+            raise ValueError(f"segment {name} of partition {p} holds {len(data)} bytes, not {size}")
+        segments.apply(part.devices, part.book, part.ledger, data)
+    part.chain.restored(chain, part.devices, part.book)
+
+
 def _device_state(entry: dict[str, Any]) -> tuple[TagIndex, DeviceBook, Ledger]:
-    """A checkpointed partition's devices, device book and budget ledger. Format 4 keeps
-    the devices once, the book and each ledger window by row; format 3 kept the book's
-    devices with the book and each window's with the window (rows are given in that order:
-    the book's first)."""
+    """A partition's devices, device book and budget ledger as formats 3 and 4 kept them.
+    Format 4 keeps the devices once, the book and each ledger window by row; format 3 kept
+    the book's devices with the book and each window's with the window (rows are given in
+    that order: the book's first)."""
     book_entry = entry.get("book")
     if "devices" in entry:
         devices = TagIndex(np.frombuffer(entry["devices"], dtype="<u8").astype(np.uint64))
@@ -389,22 +447,80 @@ def _device_state(entry: dict[str, Any]) -> tuple[TagIndex, DeviceBook, Ledger]:
     return devices, book, ledger
 
 
+@dataclass
+class Checkpoint:
+    """A checkpoint taken at one instant and not yet stored: its head and the new segment
+    of every partition whose rows changed."""
+
+    head: bytes
+    segments: dict[int, Segment]
+    chains: dict[int, SegmentChain]
+
+    def lost(self) -> None:
+        """It was not stored: the next checkpoint of these partitions starts a new chain."""
+        for p in self.segments:
+            self.chains[p].lost()
+
+
 class CheckpointStore:
-    """``<state_dir>/<collection>.checkpoint``, replaced atomically."""
+    """``<state_dir>/<collection>.checkpoint``, replaced atomically, and the segments of
+    per-device rows it lists, one file each in ``<state_dir>/<collection>.segments/``.
+
+    A checkpoint writes its new segments (each fsynced) before the head that lists them,
+    so the head on disk only ever lists complete segments; files the head no longer lists
+    are removed after it (and, after a crash between the two, when the store is loaded)."""
 
     def __init__(self, directory: str | Path, collection: Collection) -> None:
         self.directory = Path(directory)
         self.collection = collection
         self.path = self.directory / f"{collection.name}.checkpoint"
+        self.segments = self.directory / f"{collection.name}.segments"
+
+    def _file(self, p: int, name: str) -> Path:
+        return self.segments / f"{p}.{name}"
 
     def load(self) -> AggregatorState | None:
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        return AggregatorState.from_bytes(self.collection, data)
+        state = AggregatorState.from_bytes(
+            self.collection, data, lambda p, name: self._file(p, name).read_bytes()
+        )
+        self._remove_unlisted(state)
+        return state
 
-    def save(self, data: bytes) -> None:
-        """Write ``data`` (an :meth:`AggregatorState.to_bytes`) atomically and durably."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        write_atomically(self.path, data)
+    def take(self, state: AggregatorState) -> Checkpoint:
+        """The checkpoint of ``state`` as it is now (call it between folds)."""
+        taken = {p: s.take_segment() for p, s in state.partitions.items()}
+        segments = {p: segment for p, segment in taken.items() if segment is not None}
+        chains = {p: state.partitions[p].chain for p in segments}
+        return Checkpoint(state.head_bytes(), segments, chains)
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        """Store ``checkpoint`` atomically and durably (on failure: :meth:`Checkpoint.lost`)."""
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            if checkpoint.segments:
+                self.segments.mkdir(exist_ok=True)
+            for p, segment in checkpoint.segments.items():
+                write_atomically(self._file(p, segment.name), segment.data)
+            write_atomically(self.path, checkpoint.head)
+        except BaseException:
+            checkpoint.lost()
+            raise
+        for p, segment in checkpoint.segments.items():
+            for name, _ in segment.obsolete:
+                self._file(p, name).unlink(missing_ok=True)
+
+    def _remove_unlisted(self, state: AggregatorState) -> None:
+        """Remove segment files the loaded head does not list (a crash between writing a
+        segment and the head that would have listed it)."""
+        if not self.segments.is_dir():
+            return
+        listed = {
+            self._file(p, name).name for p, s in state.partitions.items() for name, _ in s.chain.entries
+        }
+        for path in self.segments.iterdir():
+            if path.name not in listed:
+                path.unlink(missing_ok=True)

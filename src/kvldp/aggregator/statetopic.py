@@ -12,6 +12,15 @@ Snapshots use the checkpoint format of :mod:`kvldp.aggregator.state` with one pa
 snapshot can never be loaded into a differently configured collection. The topic is
 created with ``cleanup.policy=compact``.
 
+Per-device rows (the device book, the budget ledger) grow with the fleet, so a snapshot
+does not carry them: it lists its partition's chain of segments
+(:mod:`kvldp.aggregator.device_segments`), and each snapshot publishes only the new
+segment, the rows changed since the last, cut into records of at most
+:data:`PIECE_BYTES` keyed ``<partition>/<segment>/<piece>``. Pieces have keys of their own,
+so compaction keeps them; once a new base replaces a chain, its pieces are deleted with
+tombstones. No record comes near the broker's message size limit because of the fleet:
+what a snapshot record holds beside the statistics is bounded by the windows and filters.
+
 Which snapshot is current. Every snapshot carries its epoch (``resets``) and
 ``next_offset`` as record headers, and readers keep, per partition, the one with the
 greatest ``(epoch, next_offset)`` — the newest on ties. Every snapshot is the fold of a
@@ -33,7 +42,8 @@ from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, PartitionState
+from kvldp.aggregator.device_segments import Segment
+from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, PartitionState, SegmentReader
 from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
@@ -42,21 +52,37 @@ from kvldp.kafka.topic_partitions import topic_partitions
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
 MAX_SNAPSHOT_BYTES = 64 << 20
+#: segments of per-device rows are cut into records of at most this many bytes: half of
+#: Kafka's default limit (``message.max.bytes``, 1 MiB), which a managed cluster may keep
+PIECE_BYTES = 1 << 19
 
 
 def encode(collection: Collection, partition: int, state: PartitionState) -> bytes:
+    """A partition's whole snapshot in one message (per-device rows inline)."""
     single = AggregatorState(collection)
     single.partitions[partition] = state
     return single.to_bytes()
 
 
-def decode(collection: Collection, partition: int, data: bytes) -> PartitionState:
+def decode(
+    collection: Collection,
+    partition: int,
+    data: bytes,
+    segment: SegmentReader | None = None,
+    rows: bool = True,
+) -> PartitionState:
     """The state of ``partition`` in a snapshot (:class:`CheckpointMismatch` if the
-    snapshot is another collection's, corrupt, or of another partition)."""
-    partitions = AggregatorState.from_bytes(collection, data).partitions
+    snapshot is another collection's, corrupt, or of another partition), its segments read
+    with ``segment``; ``rows=False`` leaves the per-device rows out."""
+    partitions = AggregatorState.from_bytes(collection, data, segment, rows).partitions
     if set(partitions) != {partition}:
         raise CheckpointMismatch(f"snapshot keyed {partition} holds partitions {sorted(partitions)}")
     return partitions[partition]
+
+
+def piece_keys(partition: int, name: str, size: int) -> list[str]:
+    """The record keys of the pieces of segment ``name`` (``size`` bytes) of ``partition``."""
+    return [f"{partition}/{name}/{i}" for i in range(max(1, -(-size // PIECE_BYTES)))]
 
 
 @dataclass(frozen=True)
@@ -69,13 +95,30 @@ class Entry:
 
 
 class Snapshots(dict[int, Entry]):
-    """Current snapshot per input partition; :meth:`take` folds in newly read records."""
+    """Current snapshot per input partition; :meth:`take` folds in newly read records.
+    With ``pieces``, also the pieces of segments of per-device rows (by partition and
+    key), which a snapshot's chain lists."""
+
+    def __init__(self, pieces: bool = False) -> None:
+        super().__init__()
+        self.keeps_pieces = pieces
+        self.pieces: dict[int, dict[str, bytes]] = {}
 
     def take(self, records: Iterable[object]) -> set[int]:
-        """Keep each record that outranks the partition's current entry; returns the
-        partitions that changed. Records without kvldp headers are ignored."""
+        """Keep each record that outranks the partition's current entry, and each piece
+        (forget a piece whose tombstone comes); returns the partitions whose snapshot
+        changed. Records without kvldp keys and headers are ignored."""
         changed = set()
         for r in records:
+            piece = _piece(r)
+            if piece is not None:
+                partition, key, value = piece
+                held = self.pieces.setdefault(partition, {})
+                if value is None:
+                    held.pop(key, None)
+                elif self.keeps_pieces:
+                    held[key] = value
+                continue
             parsed = _parse(r)
             if parsed is None:
                 continue
@@ -85,6 +128,39 @@ class Snapshots(dict[int, Entry]):
                 self[partition] = entry
                 changed.add(partition)
         return changed
+
+    def reader(self, partition: int) -> SegmentReader:
+        """Reads the segments of ``partition`` from the pieces held now (a copy: the reader
+        may run in another thread while more records are read)."""
+        held = dict(self.pieces.get(partition, {}))
+
+        def segment(p: int, name: str) -> bytes:
+            parts: list[bytes] = []
+            while (key := f"{p}/{name}/{len(parts)}") in held:
+                parts.append(held[key])
+            if not parts:
+                raise KeyError(f"no piece of segment {name} of partition {p} was read")
+            return b"".join(parts)
+
+        return segment
+
+    def strays(self, partition: int, chain: list[tuple[str, int]]) -> list[str]:
+        """Keys of the pieces held for ``partition`` that ``chain`` does not list."""
+        listed = {k for name, size in chain for k in piece_keys(partition, name, size)}
+        return [k for k in self.pieces.get(partition, {}) if k not in listed]
+
+
+def _piece(record: object) -> tuple[int, str, bytes | None] | None:
+    """(partition, key, value or None for a tombstone) of a piece record."""
+    key = getattr(record, "key", None)
+    if not isinstance(key, bytes) or b"/" not in key:
+        return None
+    text = key.decode("utf-8", "replace")
+    head = text.split("/", 1)[0]
+    if not head.isdigit():
+        return None
+    value = getattr(record, "value", None)
+    return int(head), text, value if isinstance(value, bytes) else None
 
 
 def _parse(record: object) -> tuple[int, Entry] | None:
@@ -120,24 +196,61 @@ class StateTopic:
     async def stop(self) -> None:
         await self._producer.stop()
 
-    async def publish(self, snapshots: dict[int, PartitionState]) -> None:
-        """Send every snapshot and wait until every in-sync replica holds all of them
-        (``acks=all``): only then may the worker commit offsets or give a partition up, so
-        a leader failover cannot take back a snapshot the next owner relies on. All are
-        encoded before the first await, so they show the state at the moment of the call."""
-        records = [
-            (
-                str(p).encode(),
-                encode(self.collection, p, s),
-                [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())],
+    async def publish(
+        self, state: AggregatorState, partitions: set[int], held: Snapshots | None = None
+    ) -> None:
+        """Send the snapshot of each of ``partitions`` — the new segment of its per-device
+        rows, in pieces, then the head that lists its chain — and wait until every in-sync
+        replica holds all of them (``acks=all``): only then may the worker commit offsets
+        or give a partition up, so a leader failover cannot take back a snapshot the next
+        owner relies on. All are encoded before the first await, so they show the state
+        at the moment of the call. A partition's records all go to one partition of the
+        state topic, so a reader has read a snapshot's pieces when it reads the snapshot.
+
+        Once they are acknowledged, the pieces no chain lists any more (the old chain,
+        after a new base; with ``held``, the pieces read from the topic that no chain
+        lists: a former owner's unfinished snapshot) are deleted with tombstones."""
+        records: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = []
+        taken: dict[int, Segment] = {}
+        for p in sorted(partitions):
+            s = state.partitions[p]
+            headers = [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())]
+            segment = s.take_segment()
+            if segment is not None:
+                taken[p] = segment
+                keys = piece_keys(p, segment.name, len(segment.data))
+                for i, key in enumerate(keys):
+                    value = segment.data[i * PIECE_BYTES : (i + 1) * PIECE_BYTES]
+                    records.append((p, key.encode(), value, headers))
+            records.append((p, str(p).encode(), state.head_bytes([p]), headers))
+        obsolete = {
+            p: [k for name, size in segment.obsolete for k in piece_keys(p, name, size)]
+            + (held.strays(p, state.partitions[p].chain.entries) if held is not None else [])
+            for p, segment in taken.items()
+            if segment.obsolete
+        }
+        try:
+            spread = sorted(await self._producer.partitions_for(self.topic))
+            futures = [
+                await self._producer.send(
+                    self.topic, key=key, value=value, headers=headers, partition=spread[p % len(spread)]
+                )
+                for p, key, value, headers in records
+            ]
+            for future in futures:
+                await future
+        except BaseException:
+            for p in taken:
+                state.partitions[p].chain.lost()
+            raise
+        tombstones = [
+            await self._producer.send(
+                self.topic, key=key.encode(), value=None, partition=spread[p % len(spread)]
             )
-            for p, s in snapshots.items()
+            for p, keys in obsolete.items()
+            for key in dict.fromkeys(keys)
         ]
-        futures = [
-            await self._producer.send(self.topic, key=key, value=value, headers=headers)
-            for key, value, headers in records
-        ]
-        for future in futures:
+        for future in tombstones:
             await future
 
 
@@ -159,11 +272,13 @@ class StateFollower:
         collection: Collection,
         kafka: KafkaConfig | str,
         failed: Callable[[str, BaseException], None] | None = None,
+        pieces: bool = True,
     ) -> None:
         self.topic = collection.state_topic
         #: told of a fetch that failed for a transient reason (and is tried again)
         self.failed = failed
-        self.snapshots = Snapshots()
+        #: ``pieces=False``: a reader of statistics alone, which needs no per-device rows
+        self.snapshots = Snapshots(pieces)
         #: input partitions whose snapshot changed since the owner last cleared this set
         self.changed: set[int] = set()
         self.kafka = as_kafka_config(kafka)

@@ -8,16 +8,18 @@ handed out in the order tags first arrive, so a new device is appended and nothi
 The index is an open-addressing hash table of row numbers (linear probing; a multiplicative
 hash with a secret odd multiplier, so tags cannot be steered into one probe chain), at most
 half full. A lookup or an insert is a few vectorised probing rounds over the batch: its
-cost depends on the batch, not on the number of devices held. The table doubles when it
-would pass half full, re-placing every tag once (amortised, a constant per insert).
+cost depends on the batch, not on the number of devices held. When the table would pass
+half full it is rebuilt with three slots per tag, re-placing every tag once (amortised, a
+constant per insert).
 
-Memory: 8 bytes per tag in :attr:`TagIndex.tags` and 4 bytes per table slot, 2 to 4 slots
-per tag: 16 to 24 bytes per device.
+Memory: 8 bytes per tag in :attr:`TagIndex.tags` (and up to a quarter more room to grow)
+and 4 bytes per table slot, 2 to 3 slots per tag: 16 to 22 bytes per device.
 """
 
 from __future__ import annotations
 
 import secrets
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,13 +42,8 @@ class TagIndex:
         self._tags = np.zeros(0, dtype=np.uint64)
         self._size = 0
         self._table = np.full(MIN_TABLE, EMPTY, dtype=np.int32)
-        self._bits = MIN_TABLE.bit_length() - 1
-        if tags is not None and tags.size:
-            held = np.asarray(tags, dtype=np.uint64)
-            ordered = np.sort(held)
-            if bool((ordered[1:] == ordered[:-1]).any()):
-                raise ValueError("a tag index holds every tag once")
-            self._append(held)
+        if tags is not None:
+            self.extend(tags)
 
     def __len__(self) -> int:
         return self._size
@@ -62,14 +59,22 @@ class TagIndex:
         return self._tags[: self._size]
 
     def _home(self, tags: U64) -> I64:
-        return ((tags * _MULTIPLIER) >> np.uint64(64 - self._bits)).astype(np.int64)
+        """Each tag's home slot: the top 32 bits of its keyed hash, scaled to the table's
+        size (a multiply and a shift, for a table of any size)."""
+        top = (tags * _MULTIPLIER) >> np.uint64(32)
+        return ((top * np.uint64(self._table.shape[0])) >> np.uint64(32)).astype(np.int64)
+
+    def _next(self, slots: I64) -> I64:
+        """The slot after each of ``slots`` (the table wraps around)."""
+        after = slots + 1
+        after[after == self._table.shape[0]] = 0
+        return after
 
     def _probe(self, tags: U64) -> tuple[I64, I64]:
         """(each tag's row or -1, the table slot where its probe ended: its own slot, or
         the empty slot that ends its chain)."""
         rows = np.full(tags.shape[0], -1, dtype=np.int64)
         slot = self._home(tags)
-        mask = self._table.shape[0] - 1
         pending = np.arange(tags.shape[0])
         while pending.size:
             s = slot[pending]
@@ -80,7 +85,7 @@ class TagIndex:
             rows[pending[hit]] = row[hit]
             more = occupied & ~hit
             pending = pending[more]
-            slot[pending] = (s[more] + 1) & mask
+            slot[pending] = self._next(s[more])
         return rows, slot
 
     def find(self, tags: U64) -> I64:
@@ -105,19 +110,27 @@ class TagIndex:
             rows[absent] = new_rows[np.searchsorted(fresh, tags[absent])]
         return rows
 
+    def extend(self, tags: U64) -> None:
+        """Hold ``tags`` as the next rows, in their order (:class:`ValueError` if one is
+        held already or repeats): what a restore does, without :meth:`add`'s grouping."""
+        fresh = np.asarray(tags, dtype=np.uint64)
+        if not fresh.size:
+            return
+        ordered = np.sort(fresh)
+        if bool((ordered[1:] == ordered[:-1]).any()) or int(self.find(fresh).max()) >= 0:
+            raise ValueError("a tag index holds every tag once")
+        self._append(fresh)
+
     def _append(self, fresh: U64) -> None:
         """Hold ``fresh`` (distinct, not held) as the next rows."""
         n = fresh.shape[0]
-        if self._size + n > self._tags.shape[0]:
-            grown = np.zeros(max(2 * (self._size + n), MIN_TABLE), dtype=np.uint64)
-            grown[: self._size] = self._tags[: self._size]
-            self._tags = grown
+        self._tags = grown(self._tags, self._size, self._size + n, 0)
         self._tags[self._size : self._size + n] = fresh
         rows = np.arange(self._size, self._size + n, dtype=np.int64)
         self._size += n
         if 2 * self._size > self._table.shape[0]:
-            self._bits = max(MIN_TABLE.bit_length() - 1, (4 * self._size - 1).bit_length())
-            self._table = np.full(1 << self._bits, EMPTY, dtype=np.int32)
+            # three slots per tag, down to two by the next resize
+            self._table = np.full(max(3 * self._size, MIN_TABLE), EMPTY, dtype=np.int32)
             rows = np.arange(self._size, dtype=np.int64)  # re-place every tag
         self._place(rows)
 
@@ -126,7 +139,6 @@ class TagIndex:
         rows claiming one slot: one wins, the other probes on."""
         tags = self._tags[rows]
         slot = self._home(tags)
-        mask = self._table.shape[0] - 1
         pending = np.arange(rows.shape[0])
         while pending.size:
             s = slot[pending]
@@ -136,7 +148,19 @@ class TagIndex:
             won = np.zeros(pending.shape[0], dtype=bool)
             won[free] = self._table[slot[claim]] == rows[claim]
             pending = pending[~won]
-            slot[pending] = (slot[pending] + 1) & mask
+            slot[pending] = self._next(slot[pending])
+
+
+def grown(array: NDArray[Any], used: int, needed: int, blank: int) -> NDArray[Any]:
+    """``array`` (its first ``used`` rows kept) with room for ``needed`` rows: itself if it
+    has it, else a copy a quarter larger than needed, its new rows set to ``blank``.
+    Growing by a quarter (not doubling) keeps the spare room of per-device arrays at most
+    a fifth of what they hold, at an amortised cost of five copies per row."""
+    if needed <= array.shape[0]:
+        return array
+    out = np.full((max(needed + needed // 4, MIN_TABLE), *array.shape[1:]), blank, dtype=array.dtype)
+    out[:used] = array[:used]
+    return out
 
 
 #: the largest count a :class:`RowCounts` holds (it saturates there)
@@ -181,11 +205,20 @@ class RowCounts:
             return
         distinct, where = np.unique(rows, return_inverse=True)
         added = np.bincount(where, weights=amounts, minlength=distinct.shape[0]).astype(np.int64)
-        needed = int(distinct[-1]) + 1
-        if needed > self._counts.shape[0]:
-            grown = np.zeros(max(needed, 2 * self._counts.shape[0], MIN_TABLE), np.int32)
-            grown[: self._size] = self._counts[: self._size]
-            self._counts = grown
-        self._size = max(self._size, needed)
+        self._reach(int(distinct[-1]) + 1)
         total = self._counts[distinct].astype(np.int64) + added
         self._counts[distinct] = np.minimum(total, COUNT_MAX).astype(np.int32)
+
+    def set(self, rows: I64, counts: I64) -> None:
+        """Make the counts of ``rows`` (distinct) ``counts``."""
+        if not rows.size:
+            return
+        if int(counts.min()) < 0:
+            raise ValueError("a count is never negative")
+        self._reach(int(rows.max()) + 1)
+        self._counts[rows] = np.minimum(counts, COUNT_MAX).astype(np.int32)
+
+    def _reach(self, needed: int) -> None:
+        """Count rows ``0 .. needed - 1`` at least."""
+        self._counts = grown(self._counts, self._size, needed, 0)
+        self._size = max(self._size, needed)

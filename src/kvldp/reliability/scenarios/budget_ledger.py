@@ -1,5 +1,5 @@
-"""The ``budget_ledger`` scenario: the per-device privacy budget ledger across a SIGKILL,
-over-spending devices, new devices, the next day and a closed window.
+"""The ``budget_ledger`` scenario: the per-device privacy budget ledger and device book
+across a SIGKILL, over-spending devices, new devices, the next day and a closed window.
 """
 
 from __future__ import annotations
@@ -29,12 +29,21 @@ async def budget_ledger(
 ) -> Outcome:
     """``limit`` reports per device per day: the ledger survives a SIGKILL, refuses the
     excess as ``budget_exceeded``, opens a new window on the next day and refuses reports
-    stamped in a closed window."""
+    stamped in a closed window. The collection has a privacy table, so the aggregator keeps
+    a device book too: every device's spent epsilon survives the SIGKILL exactly, and the
+    checkpoint keeps the books in segments beside a head that holds no per-device rows."""
     out = Outcome("budget_ledger")
     # waits grow with the fleet: a million devices are millions of single-report messages
     patience = 60 + devices / 5_000
     collection, path = make_collection(
-        workdir, "budget", "kvue", 4, partitions=2, max_reports_per_device=limit, budget_window="1d"
+        workdir,
+        "budget",
+        "kvue",
+        4,
+        privacy={"lifetime_epsilon": 1e9},
+        partitions=2,
+        max_reports_per_device=limit,
+        budget_window="1d",
     )
     wire = WireFormat(collection)
     rng = np.random.default_rng(seed)
@@ -93,8 +102,25 @@ async def budget_ledger(
         budget == collection.epsilon * limit,
         f"kvldp_privacy_budget_epsilon {budget} = {collection.epsilon * limit}",
     )
-    checkpoint = (state_dir / f"{collection.name}.checkpoint").read_bytes()
-    out.check(not any(d.encode() in checkpoint for d in ids[:20]), "no device id is stored")
+    spent = (
+        samples.get(("kvldp_device_privacy_spent_epsilon_count", name)),
+        samples.get(("kvldp_device_privacy_spent_epsilon_sum", name)),
+    )
+    booked = (devices + len(fresh), collection.epsilon * admitted)
+    out.check(spent == booked, f"spent epsilon (devices, sum) {spent} = {booked}: every admitted report once")
+    head = (state_dir / f"{collection.name}.checkpoint").read_bytes()
+    segments = [p.read_bytes() for p in sorted((state_dir / f"{collection.name}.segments").iterdir())]
+    # beside the statistics the head holds the report ids of de-duplication (16 bytes each,
+    # at most dedup_horizon per partition), whatever the fleet
+    agg = collection.aggregate
+    bound = 16 * agg.dedup_horizon * agg.partitions + 64 * 1024
+    out.check(
+        len(head) < bound and sum(map(len, segments)) > 8 * devices,
+        f"the checkpoint head holds no per-device rows ({len(head)} bytes < {bound}); its "
+        f"{len(segments)} segments do ({sum(map(len, segments))} bytes)",
+    )
+    stored = [head, *segments]
+    out.check(not any(d.encode() in b for d in ids[:20] for b in stored), "no device id is stored")
     letters = await read_topic(bootstrap, collection.dlq_topic, refused)
     out.check(
         len(letters) == refused and all(dict(h)["reason"] == b"budget_exceeded" for _, h in letters),
@@ -106,5 +132,7 @@ async def budget_ledger(
         admitted=admitted,
         refused=refused,
         privacy_budget_epsilon=budget,
+        checkpoint_head_bytes=len(head),
+        checkpoint_segment_bytes=sum(map(len, segments)),
     )
     return out

@@ -13,10 +13,11 @@ from kvldp.common.collection_file import collection_toml, parse_collection
 
 
 def make_collection(
-    workdir: Path, label: str, mechanism: str, d: int, **aggregate: Any
+    workdir: Path, label: str, mechanism: str, d: int, privacy: dict[str, Any] | None = None, **aggregate: Any
 ) -> tuple[Collection, Path]:
-    """A collection with a fresh name (its own topics and group), written for the CLI."""
-    table = {
+    """A collection with a fresh name (its own topics and group), written for the CLI; with
+    a ``privacy`` table, its aggregator keeps a device book."""
+    table: dict[str, Any] = {
         "name": f"rel-{label}-{secrets.token_hex(3)}",
         "mechanism": mechanism,
         "epsilon": 1.0,
@@ -24,6 +25,8 @@ def make_collection(
         "value_range": [0.0, 1.0],
         "aggregate": {"windows": ["all"], "estimators": ["unbiased"], "refit_interval_s": 1.0, **aggregate},
     }
+    if privacy is not None:
+        table["privacy"] = privacy
     collection = parse_collection(table)
     path = workdir / f"{collection.name}.toml"
     path.write_text(collection_toml(collection))

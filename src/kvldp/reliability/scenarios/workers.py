@@ -71,7 +71,7 @@ class WorkerPool:
 
 async def merged_snapshots(collection: Collection, bootstrap: str) -> AggregatorState:
     """The current snapshot of every partition, read from the state topic and merged."""
-    follower = StateFollower(collection, bootstrap)
+    follower = StateFollower(collection, bootstrap, pieces=False)
     await follower.start()
     task = asyncio.create_task(follower.follow())
     try:
@@ -83,5 +83,5 @@ async def merged_snapshots(collection: Collection, bootstrap: str) -> Aggregator
         await follower.stop()
     merged = AggregatorState(collection)
     for p, entry in follower.snapshots.items():
-        merged.partitions[p] = decode(collection, p, entry.value)
+        merged.partitions[p] = decode(collection, p, entry.value, rows=False)
     return merged
