@@ -135,7 +135,8 @@ def test_fleet_grows_every_configuration_and_reports_each_size(capsys: pytest.Ca
         assert small["new_ratio"] == small["known_ratio"] == 1.0
         for row in (small, large):
             assert _rate(float(row["fetch_new_ms"])) and _rate(float(row["bytes_per_device"])), row
-            assert row["base_mib"] > 0 and row["restore_ms"] > 0
+            assert row["base_mib"] > 0 and row["restore_ms"] > 0 and row["handover_ms"] > 0
+            assert 1 <= row["pieces"] <= 2 * row["base_mib"] + 1, row  # 512 KiB pieces of the base
             # the checkpoint after one fetch of known devices holds their rows, not the fleet's
             assert 8 <= row["checkpoint_bytes_per_changed_device"] <= 64, row
             assert row["checkpoint_kib"] * 1024 < row["base_mib"] * 2**20 / 2, row

@@ -176,6 +176,23 @@ def _parse(record: object) -> tuple[int, Entry] | None:
     return partition, Entry(rank, value, int(getattr(record, "timestamp", 0) or 0))
 
 
+def snapshot_records(
+    state: AggregatorState, partition: int
+) -> tuple[Segment | None, list[tuple[bytes, bytes, list[tuple[str, bytes]]]]]:
+    """The new segment of ``partition`` (None: its rows did not change) and the records
+    of its snapshot, (key, value, headers) in the order they are sent: the segment's
+    pieces, then the snapshot that lists its chain."""
+    s = state.partitions[partition]
+    headers = [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())]
+    segment = s.take_segment()
+    records = []
+    if segment is not None:
+        for i, key in enumerate(piece_keys(partition, segment.name, len(segment.data))):
+            records.append((key.encode(), segment.data[i * PIECE_BYTES : (i + 1) * PIECE_BYTES], headers))
+    records.append((str(partition).encode(), state.head_bytes([partition]), headers))
+    return segment, records
+
+
 class StateTopic:
     """Publishes and reads partition snapshots of one collection."""
 
@@ -213,16 +230,10 @@ class StateTopic:
         records: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = []
         taken: dict[int, Segment] = {}
         for p in sorted(partitions):
-            s = state.partitions[p]
-            headers = [("resets", str(s.resets).encode()), ("next_offset", str(s.next_offset).encode())]
-            segment = s.take_segment()
+            segment, mine = snapshot_records(state, p)
             if segment is not None:
                 taken[p] = segment
-                keys = piece_keys(p, segment.name, len(segment.data))
-                for i, key in enumerate(keys):
-                    value = segment.data[i * PIECE_BYTES : (i + 1) * PIECE_BYTES]
-                    records.append((p, key.encode(), value, headers))
-            records.append((p, str(p).encode(), state.head_bytes([p]), headers))
+            records += [(p, *record) for record in mine]
         obsolete = {
             p: [k for name, size in segment.obsolete for k in piece_keys(p, name, size)]
             + (held.strays(p, state.partitions[p].chain.entries) if held is not None else [])

@@ -15,8 +15,10 @@ ones to reach the size):
   them: the one after a fetch of 1,000 known devices (a delta segment and the head), its
   time and bytes, in all and per device changed; and a base (every row), which a chain
   rewrites once its deltas outweigh it;
-* recovery: the time to load the head, the base and the delta back, as a restart does
-  (a worker taking the partition over decodes the same chain, from the state topic).
+* recovery: the time to load the head, the base and the delta back, as a restart does;
+  and a hand-over: the records a worker publishes for a base (its pieces, then the
+  snapshot) read and decoded as the next owner does, without the network (the pieces
+  they make are counted).
 
 Configurations: a single-symbol mechanism (``grr``) and a unary one (``oue``), each
 memoized and not, all with ``max_reports_per_device``. Devices are added in batches of
@@ -39,6 +41,7 @@ from kvldp.aggregator.devices import charges_distinct_payloads
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledger import Charges, device_hashes
 from kvldp.aggregator.state import AggregatorState, CheckpointStore, PartitionState
+from kvldp.aggregator.statetopic import Snapshots, decode, snapshot_records
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.schema import row
@@ -75,16 +78,19 @@ COLUMNS = [
     "base_ms",
     "base_mib",
     "restore_ms",
+    "handover_ms",
+    "pieces",
 ]
 
 
 class Rec(NamedTuple):
-    """A Kafka record as the ingest path reads it."""
+    """A Kafka record as the ingest path and the state topic's readers read it."""
 
     offset: int
     timestamp: int
     key: bytes | None
     value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def fleet_collection(mechanism: str, memoize: bool) -> Collection:
@@ -203,6 +209,16 @@ def _checkpoints(fleet: Fleet) -> dict[str, Any]:
         restored = store.load()
         restore_s = time.perf_counter() - started
     assert restored is not None and len(restored.partitions[0].devices) == len(part.devices)
+    part.chain = SegmentChain()
+    records = [
+        Rec(0, 0, key, value, tuple(headers)) for key, value, headers in snapshot_records(single, 0)[1]
+    ]
+    started = time.perf_counter()
+    held = Snapshots(pieces=True)
+    held.take(records)
+    taken = decode(fleet.collection, 0, held[0].value, held.reader(0))
+    handover_s = time.perf_counter() - started
+    assert len(taken.devices) == len(part.devices)
     written = len(delta.segments[0].data)
     return {
         "checkpoint_ms": round(delta_s * 1000, 1),
@@ -211,6 +227,8 @@ def _checkpoints(fleet: Fleet) -> dict[str, Any]:
         "base_ms": round(base_s * 1000, 1),
         "base_mib": round(base_bytes / 2**20, 2),
         "restore_ms": round(restore_s * 1000, 1),
+        "handover_ms": round(handover_s * 1000, 1),
+        "pieces": len(records) - 1,
     }
 
 
