@@ -1,11 +1,12 @@
 """Fixtures: one embedded Tansu broker per test session, on an ephemeral loopback port
 (and, for the tests of Tansu's SASL refusals, one requiring SASL in plain TCP and one
 behind TLS), one Apache Kafka node per test session with a plaintext and a TLS
-listener, started only when a test asks for it (the jars of `make kafka`), and the time
-limit of the full-scale runs."""
+listener, started only when a test asks for it (the jars of `make kafka`), the time
+limit of the full-scale runs, and a garbage collection after each module."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 
 import pytest
@@ -25,6 +26,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("full") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(FULL_TIMEOUT_S))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _garbage_of_the_module() -> Iterator[None]:
+    """Collect garbage after each module: a socket or transport its tests left open is
+    then reported (an unraisable ResourceWarning, an error) on the module's last test,
+    not on whichever test happens to run when the collector would otherwise find it."""
+    yield
+    gc.collect()
 
 
 @pytest.fixture(scope="session")

@@ -79,6 +79,8 @@ class SegmentChain:
     def touch(self, rows: I64) -> None:
         if rows.size:
             self.touched.append(rows)
+            if len(self.touched) > 256:  # checkpoints held up: keep each row once
+                self.touched = [np.unique(np.concatenate(self.touched))]
 
     def lost(self) -> None:
         """The segment last taken was not stored: the next one is a base."""
