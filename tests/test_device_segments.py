@@ -17,31 +17,23 @@ from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import Snapshots, decode, piece_keys
 from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
 from kvldp.common.wire import WireFormat
 
 from support import Rec
+from support.pipeline import unique_collection
 
 T0 = 1_800_000_000_000
 HOUR_MS = 3_600_000
 
 
 def collection(memoize: bool) -> Collection:
-    return parse_collection(
-        {
-            "name": "segments",
-            "mechanism": "kvue",
-            "epsilon": 1.0,
-            "key_count": 4,
-            "value_range": [-1.0, 1.0],
-            "aggregate": {
-                "windows": ["2h", "all"],
-                "estimators": ["unbiased"],
-                "max_reports_per_device": 5,
-                "budget_window": "1h",
-            },
-            "privacy": {"memoize": memoize, "lifetime_epsilon": 1000.0},
-        }
+    return unique_collection(
+        "kvue",
+        4,
+        privacy={"memoize": memoize, "lifetime_epsilon": 1000.0},
+        windows=["2h", "all"],
+        max_reports_per_device=5,
+        budget_window="1h",
     )
 
 
