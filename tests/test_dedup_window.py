@@ -126,7 +126,8 @@ def test_a_version_2_checkpoint_keeps_its_ids_under_the_count_rule() -> None:
     assert payload["v"] == VERSION
     payload["v"] = 2
     entry = payload["partitions"]["0"]
-    del entry["recent_at"], entry["segment"], entry["tally"]
+    entry["recent"] = msgpack.unpackb(entry.pop("segment"))["recent"]  # format 2 kept the ids alone
+    del entry["tally"]
     entry["ledger"] = {}  # no budget ledger, no device book: format 2 kept neither
     old = AggregatorState.from_bytes(c, msgpack.packb(payload, use_bin_type=True))
     assert old.partition(0).recent.ordered().tolist() == state.partition(0).recent.ordered().tolist()

@@ -98,13 +98,14 @@ def test_book_survives_a_checkpoint_exactly() -> None:
 
 def format_4(payload: dict[str, Any]) -> dict[str, Any]:
     """A checkpoint with inline rows written as format 4 wrote it: every partition's
-    devices, its book (charges, latest reports, payload hashes) and each ledger window
-    whole, by row, beside its statistics."""
+    devices, its book (charges, latest reports, payload hashes), each ledger window whole,
+    by row, and its remembered report ids, beside its statistics."""
     for entry in payload["partitions"].values():
         rows = msgpack.unpackb(entry.pop("segment"), raw=False, strict_map_key=False)
         assert rows["rows_from"] == rows["pairs_from"] == 0
         del entry["tally"]
         entry["devices"], entry["ledger"] = rows["tags"], rows["windows"]
+        entry["recent"], entry["recent_at"] = rows["recent"], rows["recent_at"]
         book = rows["book"]
         entry["book"] = {
             "charged": book["charged"],

@@ -38,12 +38,17 @@ def collection(memoize: bool) -> Collection:
 
 
 def stream(c: Collection, n: int, devices: int, seed: int, start: int = 0) -> list[Rec]:
-    """Single reports of ``devices`` devices over a few hours, some repeated byte for byte."""
+    """Single reports of ``devices`` devices over a few hours, some repeated byte for byte
+    (a device's memoized report), a tenth re-sent (the same report id: duplicates)."""
     wire, rng = WireFormat(c), np.random.default_rng(seed)
     out = []
     for i in range(n):
         ts = T0 + i * (4 * HOUR_MS // n)
         device = int(rng.zipf(1.3)) % devices
+        if out and rng.random() < 0.1:  # a resend of an earlier report: a duplicate
+            earlier = out[int(rng.integers(0, len(out)))]
+            out.append(Rec(start + i, ts, earlier.key, earlier.value))
+            continue
         body = {"j": device % 4 if rng.random() < 0.7 else int(rng.integers(0, 4)), "s": device % 3}
         out.append(Rec(start + i, ts, b"dev-%d" % device, wire.encode_report(body, ts, rid=start + i + 1)))
     return out
@@ -57,7 +62,7 @@ def fold(state: AggregatorState, records: list[Rec]) -> list[tuple[int, str]]:
 
 
 def rows(state: AggregatorState) -> dict[str, Any]:
-    """Every per-device row of partition 0, as plain lists."""
+    """Every per-device row of partition 0 and its remembered report ids, as plain lists."""
     s = state.partition(0)
     n = len(s.devices)
     bucket, latest = s.book.latest_of(n)
@@ -69,6 +74,7 @@ def rows(state: AggregatorState) -> dict[str, Any]:
         "pairs": sorted(s.book.pairs.tags.tolist()),
         "bucket": bucket.tolist(),
         "latest": {name: column.tolist() for name, column in latest.items()},
+        "recent": (s.recent.ordered().tolist(), s.recent.ordered_times().tolist()),
     }
 
 
@@ -96,6 +102,7 @@ def test_a_chain_restores_every_row_however_the_stream_is_checkpointed(memoize: 
             resumed = loaded
     assert deltas > 20 and bases >= 2  # deltas, and a new base once they outgrew the last
     assert resumed_letters == straight_letters and ("budget_exceeded" in {r for _, r in straight_letters})
+    assert resumed.duplicates_total == straight.duplicates_total > 100
     assert rows(resumed) == rows(straight)
     assert resumed.all_stats() == straight.all_stats()
     assert sorted(resumed.device_spent().tolist()) == sorted(straight.device_spent().tolist())
@@ -120,8 +127,9 @@ def known_fleet(c: Collection, devices: int) -> AggregatorState:
 def test_a_checkpoint_writes_in_proportion_to_the_rows_changed(memoize: bool) -> None:
     """100 devices of 20,000 report between checkpoints: the segment holds their rows (a
     row index, a charge, a window count, and memoized their latest report, a bucket and a
-    payload hash, in at most 40 bytes) and not the others'; the chain never passes twice
-    its base, and a new base comes only once the deltas since the last outweigh it."""
+    payload hash, in at most 40 bytes) and their reports' ids (16 bytes each), not the
+    others'; the chain never passes twice its base, and a new base comes only once the
+    deltas since the last outweigh it."""
     c = collection(memoize)
     state = known_fleet(c, 20_000)
     s = state.partition(0)
@@ -149,12 +157,12 @@ def test_a_checkpoint_writes_in_proportion_to_the_rows_changed(memoize: bool) ->
         if segment.obsolete:
             rebased += 1
             assert segment.obsolete == before
-            assert sum(size for _, size in before[1:]) + 100 * 40 > before[0][1]
+            assert sum(size for _, size in before[1:]) + 100 * (40 + 16) > before[0][1]
         else:
             sizes.append(len(segment.data))
         chain = sum(size for _, size in s.chain.entries)
-        assert chain <= 2 * s.chain.entries[0][1] + 100 * 40 + 1024
-    assert max(sizes) < 100 * 40 + 1024
+        assert chain <= 2 * s.chain.entries[0][1] + 100 * (40 + 16) + 1024
+    assert max(sizes) < 100 * (40 + 16) + 1024
     assert rebased >= 1
 
 
@@ -242,3 +250,38 @@ def test_a_snapshot_is_put_together_from_its_pieces(monkeypatch: pytest.MonkeyPa
     worker.take([Record(keys[-1], None)])  # a tombstone
     with pytest.raises(CheckpointMismatch, match=r"holds \d+ bytes"):
         decode(c, 0, worker[0].value, worker.reader(0))
+
+
+def test_remembered_report_ids_are_checkpointed_in_proportion_to_the_new_ones(tmp_path: Path) -> None:
+    """A collection without per-device rows still remembers report ids: they live in the
+    segments, not the head, each checkpoint adds the new ones (16 bytes each), and after a
+    restart a resend of a report remembered before is still a duplicate."""
+    c = unique_collection("kvue", 4, windows=["all"])
+    wire, store = WireFormat(c), CheckpointStore(tmp_path, c)
+    state = AggregatorState(c)
+
+    def records(start: int, n: int) -> list[Rec]:
+        return [
+            Rec(
+                start + i,
+                T0 + start + i,
+                b"d",
+                wire.encode_report({"j": i % 4, "s": i % 3}, T0, rid=start + i + 1),
+            )
+            for i in range(n)
+        ]
+
+    first = records(0, 5000)
+    fold(state, first)
+    store.save(store.take(state))
+    assert store.path.stat().st_size < 5000 * 16 / 4  # the ids are not in the head
+    fold(state, records(5000, 100))
+    delta = store.take(state)
+    assert len(delta.segments[0].data) < 100 * 16 + 512
+    store.save(delta)
+    loaded = store.load()
+    assert loaded is not None
+    assert loaded.partition(0).recent.ordered().tolist() == state.partition(0).recent.ordered().tolist()
+    resent = Rec(5100, T0 + 5100, b"d", first[10].value)
+    work = plan(loaded, wire, 0, [resent], b"k")
+    assert work is not None and work.duplicates == 1

@@ -118,6 +118,13 @@ class RecentIds:
         """The partition time (ms) of each remembered id, as :meth:`ordered`."""
         return self._at[self._start : self._end].copy()
 
+    def newest(self, count: int) -> tuple[U64, I64]:
+        """The ids and partition times of the last ``count`` tagged reports that are still
+        remembered (what a checkpoint adds to the previous one: the remembered ids are
+        always a suffix of the stream)."""
+        first = max(self._start, self._end - max(count, 0))
+        return self._ids[first : self._end].copy(), self._at[first : self._end].copy()
+
     def _times(self, times: I64) -> I64:
         """The partition time of each of the next tagged reports with these record times."""
         clock = self._at[self._end - 1] if self.held else np.iinfo(np.int64).min

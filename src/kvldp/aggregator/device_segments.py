@@ -1,5 +1,5 @@
 """A partition's per-device rows as a chain of segments: what a checkpoint writes of the
-device book and the budget ledger.
+device book, the budget ledger and the de-duplication memory.
 
 The per-device state of a partition (:class:`~kvldp.aggregator.tag_index.TagIndex` rows,
 the :class:`~kvldp.aggregator.devices.DeviceBook`, the
@@ -11,8 +11,10 @@ since the previous segment, and the partition's checkpoint lists its chain of se
 * **A segment** holds the tags of the devices that arrived since the previous segment
   (rows are appended, never moved), the current values of every row touched since then
   (charges, latest report and its bucket, the count in each budget window kept), the
-  windows kept, and the (device, payload) hashes added. Values are absolute, so applying
-  a segment twice gives the same rows.
+  windows kept, and the (device, payload) hashes added; and the report ids remembered
+  for de-duplication that were added since (:class:`~kvldp.aggregator.dedup.RecentIds`
+  remembers a suffix of the stream, so the ids added and the number remembered say
+  which are). Row values are absolute, so applying a segment twice gives the same rows.
 * **A chain** is a *base* (the segment of every row) followed by deltas. Restoring applies
   them in order. A new base replaces the chain once the deltas since the last base add
   up to more bytes than it: the chain never holds more than twice the rows' size, and
@@ -36,11 +38,13 @@ import msgpack
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.devices import DeviceBook
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.tag_index import RowCounts, TagIndex
 
 I64 = NDArray[np.int64]
+U64 = NDArray[np.uint64]
 
 FORMAT = "kvldp-rows"
 
@@ -69,6 +73,8 @@ class SegmentChain:
     #: the partition's devices and (device, payload) hashes when the last segment was taken
     rows_mark: int = 0
     pairs_mark: int = 0
+    #: report ids seen (:attr:`RecentIds.count`) when the last segment was taken
+    recent_mark: int = 0
     #: rows whose values changed since the last segment (repeats allowed)
     touched: list[I64] = field(default_factory=list)
     #: the next segment must be a base (a segment taken was never stored)
@@ -86,41 +92,66 @@ class SegmentChain:
         """The segment last taken was not stored: the next one is a base."""
         self.rebase = True
 
-    def take(self, devices: TagIndex, book: DeviceBook, ledger: Ledger) -> Segment | None:
+    def take(self, devices: TagIndex, book: DeviceBook, ledger: Ledger, recent: RecentIds) -> Segment | None:
         """The segment of what changed since the last one — or a base, when the chain is
         empty, was broken, or would pass twice the base's size — and the chain that lists
-        it; None when nothing changed (or the partition never had per-device rows)."""
+        it; None when nothing changed (or the partition never had anything to keep)."""
         n, pairs = len(devices), len(book.pairs)
-        if not n and not pairs and not self.entries:
+        if not n and not pairs and not recent.held and not self.entries:
             return None
         base = self.rebase or not self.entries
-        if not base and not self.touched and (self.rows_mark, self.pairs_mark) == (n, pairs):
+        marks = (self.rows_mark, self.pairs_mark, self.recent_mark)
+        if not base and not self.touched and marks == (n, pairs, recent.count):
             return None
         if not base:
             touched = np.concatenate([*self.touched, np.arange(self.rows_mark, n, dtype=np.int64)])
-            data = encode(devices, book, ledger, self.rows_mark, self.pairs_mark, np.unique(touched))
+            rows = np.unique(touched)
+            data = encode(
+                devices, book, ledger, recent, self.rows_mark, self.pairs_mark, rows, self.recent_mark
+            )
             deltas = sum(size for _, size in self.entries[1:]) + len(data)
             base = deltas > self.entries[0][1]
         if base:
-            data = encode(devices, book, ledger, 0, 0, np.arange(n, dtype=np.int64))
+            data = encode(devices, book, ledger, recent, 0, 0, np.arange(n, dtype=np.int64), None)
         self.taken += 1
         name = f"{self.writer}.{self.taken}"
         obsolete = self.entries if base else []
         self.entries = [(name, len(data))] if base else [*self.entries, (name, len(data))]
-        self.rows_mark, self.pairs_mark, self.touched, self.rebase = n, pairs, [], False
+        self.rows_mark, self.pairs_mark, self.recent_mark = n, pairs, recent.count
+        self.touched, self.rebase = [], False
         return Segment(name, data, obsolete)
 
-    def restored(self, entries: list[tuple[str, int]], devices: TagIndex, book: DeviceBook) -> None:
-        """Continue the chain ``entries`` just applied to these rows."""
+    def restored(
+        self, entries: list[tuple[str, int]], devices: TagIndex, book: DeviceBook, recent: RecentIds
+    ) -> None:
+        """Continue the chain ``entries`` just applied to these rows and ids."""
         self.entries = list(entries)
-        self.rows_mark, self.pairs_mark, self.touched, self.rebase = len(devices), len(book.pairs), [], False
+        self.rows_mark, self.pairs_mark, self.recent_mark = len(devices), len(book.pairs), recent.count
+        self.touched, self.rebase = [], False
+
+
+@dataclass
+class RecentLog:
+    """The remembered report ids and their times, as the segments applied so far say."""
+
+    ids: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    times: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def encode(
-    devices: TagIndex, book: DeviceBook, ledger: Ledger, rows_from: int, pairs_from: int, rows: I64
+    devices: TagIndex,
+    book: DeviceBook,
+    ledger: Ledger,
+    recent: RecentIds,
+    rows_from: int,
+    pairs_from: int,
+    rows: I64,
+    recent_from: int | None,
 ) -> bytes:
     """A segment: the tags of rows ``rows_from ..``, the values of ``rows`` (distinct),
-    every window kept, and the hashes from ``pairs_from``."""
+    every window kept, the hashes from ``pairs_from``, and the remembered ids added since
+    the id count was ``recent_from`` (None: every remembered id)."""
+    ids, times = recent.newest(recent.held if recent_from is None else recent.count - recent_from)
     payload: dict[str, Any] = {
         "format": FORMAT,
         "rows_from": rows_from,
@@ -130,13 +161,16 @@ def encode(
         "windows": {str(w): c.get(rows).astype("<i4").tobytes() for w, c in ledger.windows.items()},
         "pairs_from": pairs_from,
         "pairs": book.pairs.tags[pairs_from:].astype("<u8").tobytes(),
+        "recent": ids.astype("<u8").tobytes(),
+        "recent_at": times.astype("<i8").tobytes(),
+        "recent_held": recent.held,
     }
     return bytes(msgpack.packb(payload, use_bin_type=True))
 
 
-def apply(devices: TagIndex, book: DeviceBook, ledger: Ledger, data: bytes) -> None:
-    """Apply a segment to the rows it follows (:class:`ValueError` if it does not follow
-    them, or is not a segment)."""
+def apply(devices: TagIndex, book: DeviceBook, ledger: Ledger, recent: RecentLog, data: bytes) -> None:
+    """Apply a segment to the rows and ids it follows (:class:`ValueError` if it does not
+    follow them, or is not a segment)."""
     payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError("not a segment of device rows")
@@ -158,3 +192,10 @@ def apply(devices: TagIndex, book: DeviceBook, ledger: Ledger, data: bytes) -> N
         del ledger.windows[window]
     for window, counts in windows.items():
         ledger.windows.setdefault(window, RowCounts()).set(rows, counts)
+    ids = np.frombuffer(payload["recent"], dtype="<u8").astype(np.uint64)
+    times = np.frombuffer(payload["recent_at"], dtype="<i8").astype(np.int64)
+    held = int(payload["recent_held"])
+    if ids.shape != times.shape or not 0 <= held <= recent.ids.shape[0] + ids.shape[0]:
+        raise ValueError("a segment's report ids do not follow those before it")
+    recent.ids = np.concatenate([recent.ids, ids])[recent.ids.shape[0] + ids.shape[0] - held :]
+    recent.times = np.concatenate([recent.times, times])[recent.times.shape[0] + times.shape[0] - held :]

@@ -73,16 +73,13 @@ def bucket_millis(collection: Collection) -> int | None:
     return max(1000, min(finite) * 1000 // 10)
 
 
-def recent_ids(collection: Collection, entry: dict[str, Any] | None = None) -> RecentIds:
-    """A partition's de-duplication memory under the collection's settings, empty or from a
-    checkpoint's partition ``entry`` (a version 2 entry has no times: its ids keep the count
-    rule alone)."""
+def recent_ids(
+    collection: Collection, ids: NDArray[np.uint64] | None = None, times: IntArray | None = None
+) -> RecentIds:
+    """A partition's de-duplication memory under the collection's settings, empty or
+    remembering ``ids`` (oldest first) at partition ``times`` (none: ids checkpointed by
+    format 2, which keep the count rule alone)."""
     agg = collection.aggregate
-    ids = times = None
-    if entry is not None:
-        ids = np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64)
-        if "recent_at" in entry:
-            times = np.frombuffer(entry["recent_at"], dtype="<i8").astype(np.int64)
     return RecentIds(
         agg.dedup_horizon, ids, times, window_ms=agg.dedup_window_s * 1000, cap=agg.dedup_max_ids
     )
@@ -129,7 +126,7 @@ class PartitionState:
     def take_segment(self) -> Segment | None:
         """The segment of the per-device rows that changed since the last one taken
         (:meth:`SegmentChain.take`)."""
-        return self.chain.take(self.devices, self.book, self.ledger)
+        return self.chain.take(self.devices, self.book, self.ledger, self.recent)
 
 
 class AggregatorState:
@@ -286,7 +283,10 @@ class AggregatorState:
         partition, inline)."""
         return self._pack(
             {
-                p: {**self._entry(s), "segment": segments.encode(s.devices, s.book, s.ledger, 0, 0, _all(s))}
+                p: {
+                    **self._entry(s),
+                    "segment": segments.encode(s.devices, s.book, s.ledger, s.recent, 0, 0, _all(s), None),
+                }
                 for p, s in self.partitions.items()
             }
         )
@@ -320,8 +320,6 @@ class AggregatorState:
             "duplicates": s.duplicates,
             "resets": s.resets,
             "lost": s.lost,
-            "recent": s.recent.ordered().astype("<u8").tobytes(),
-            "recent_at": s.recent.ordered_times().astype("<i8").tobytes(),
             "last": s.last_digest,
             "highwater": s.highwater,
             "folded": s.folded,
@@ -372,7 +370,6 @@ class AggregatorState:
                     duplicates=int(entry["duplicates"]),
                     resets=int(entry["resets"]),
                     lost=int(entry.get("lost", 0)),
-                    recent=recent_ids(collection, entry),
                     last_digest=bytes(entry["last"]),
                     highwater=int(entry["highwater"]),
                     flagged=(
@@ -388,8 +385,9 @@ class AggregatorState:
                 )
                 if payload["v"] < 5:
                     part.devices, part.book, part.ledger = _device_state(entry)
+                    part.recent = _legacy_recent(collection, entry)
                 elif rows:
-                    _restore_rows(part, int(p), entry, segment)
+                    _restore_rows(collection, part, int(p), entry, segment)
                 else:
                     part.book.devices_by_charges.update({int(k): int(c) for k, c in entry["tally"]})
         except (KeyError, TypeError, ValueError, AttributeError, OSError, KvldpError) as exc:
@@ -405,20 +403,32 @@ def _all(s: PartitionState) -> IntArray:
     return np.arange(len(s.devices), dtype=np.int64)
 
 
-def _restore_rows(part: PartitionState, p: int, entry: dict[str, Any], segment: SegmentReader | None) -> None:
-    """Rebuild a partition's per-device rows from its inline segment or its chain."""
-    if "segment" in entry:
-        segments.apply(part.devices, part.book, part.ledger, bytes(entry["segment"]))
-        return
-    chain = [(str(name), int(size)) for name, size in entry["segments"]]
+def _restore_rows(
+    collection: Collection, part: PartitionState, p: int, entry: dict[str, Any], segment: SegmentReader | None
+) -> None:
+    """Rebuild a partition's per-device rows and remembered report ids from its inline
+    segment or its chain."""
+    inline = "segment" in entry
+    chain = [] if inline else [(str(name), int(size)) for name, size in entry["segments"]]
     if chain and segment is None:
         raise ValueError("the checkpoint lists segments and none can be read")
+    log = segments.RecentLog()
     for name, size in chain:
         data = segment(p, name) if segment is not None else b""
         if len(data) != size:
             raise ValueError(f"segment {name} of partition {p} holds {len(data)} bytes, not {size}")
-        segments.apply(part.devices, part.book, part.ledger, data)
-    part.chain.restored(chain, part.devices, part.book)
+        segments.apply(part.devices, part.book, part.ledger, log, data)
+    if inline:
+        segments.apply(part.devices, part.book, part.ledger, log, bytes(entry["segment"]))
+    part.recent = recent_ids(collection, log.ids, log.times)
+    part.chain.restored(chain, part.devices, part.book, part.recent)
+
+
+def _legacy_recent(collection: Collection, entry: dict[str, Any]) -> RecentIds:
+    """The remembered report ids of a format 2 to 4 entry (format 2 kept no times)."""
+    ids = np.frombuffer(entry["recent"], dtype="<u8").astype(np.uint64)
+    times = np.frombuffer(entry["recent_at"], dtype="<i8").astype(np.int64) if "recent_at" in entry else None
+    return recent_ids(collection, ids, times)
 
 
 def _device_state(entry: dict[str, Any]) -> tuple[TagIndex, DeviceBook, Ledger]:
