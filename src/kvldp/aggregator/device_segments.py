@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import msgpack
 import numpy as np
@@ -41,6 +41,7 @@ from numpy.typing import NDArray
 from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.devices import DeviceBook
 from kvldp.aggregator.ledger import Ledger
+from kvldp.aggregator.round_state import RoundBook
 from kvldp.aggregator.tag_index import RowCounts, TagIndex
 
 I64 = NDArray[np.int64]
@@ -52,6 +53,17 @@ FORMAT = "kvldp-rows"
 def new_writer() -> str:
     """A writer id for segment names (random: unique to the process that writes)."""
     return secrets.token_hex(6)
+
+
+class Rows(Protocol):
+    """What a partition keeps per device and the report ids it remembers: the parts of
+    :class:`~kvldp.aggregator.state.PartitionState` a segment holds."""
+
+    devices: TagIndex
+    book: DeviceBook
+    ledger: Ledger
+    recent: RecentIds
+    round_book: RoundBook
 
 
 @dataclass(frozen=True)
@@ -92,10 +104,11 @@ class SegmentChain:
         """The segment last taken was not stored: the next one is a base."""
         self.rebase = True
 
-    def take(self, devices: TagIndex, book: DeviceBook, ledger: Ledger, recent: RecentIds) -> Segment | None:
+    def take(self, rows: Rows) -> Segment | None:
         """The segment of what changed since the last one — or a base, when the chain is
         empty, was broken, or would pass twice the base's size — and the chain that lists
         it; None when nothing changed (or the partition never had anything to keep)."""
+        devices, book, recent = rows.devices, rows.book, rows.recent
         n, pairs = len(devices), len(book.pairs)
         if not n and not pairs and not recent.held and not self.entries:
             return None
@@ -105,14 +118,11 @@ class SegmentChain:
             return None
         if not base:
             touched = np.concatenate([*self.touched, np.arange(self.rows_mark, n, dtype=np.int64)])
-            rows = np.unique(touched)
-            data = encode(
-                devices, book, ledger, recent, self.rows_mark, self.pairs_mark, rows, self.recent_mark
-            )
+            data = encode(rows, self.rows_mark, self.pairs_mark, np.unique(touched), self.recent_mark)
             deltas = sum(size for _, size in self.entries[1:]) + len(data)
             base = deltas > self.entries[0][1]
         if base:
-            data = encode(devices, book, ledger, recent, 0, 0, np.arange(n, dtype=np.int64), None)
+            data = encode(rows, 0, 0, np.arange(n, dtype=np.int64), None)
         self.taken += 1
         name = f"{self.writer}.{self.taken}"
         obsolete = self.entries if base else []
@@ -121,12 +131,11 @@ class SegmentChain:
         self.touched, self.rebase = [], False
         return Segment(name, data, obsolete)
 
-    def restored(
-        self, entries: list[tuple[str, int]], devices: TagIndex, book: DeviceBook, recent: RecentIds
-    ) -> None:
+    def restored(self, entries: list[tuple[str, int]], rows: Rows) -> None:
         """Continue the chain ``entries`` just applied to these rows and ids."""
         self.entries = list(entries)
-        self.rows_mark, self.pairs_mark, self.recent_mark = len(devices), len(book.pairs), recent.count
+        self.rows_mark, self.pairs_mark = len(rows.devices), len(rows.book.pairs)
+        self.recent_mark = rows.recent.count
         self.touched, self.rebase = [], False
 
 
@@ -138,29 +147,22 @@ class RecentLog:
     times: I64 = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
-def encode(
-    devices: TagIndex,
-    book: DeviceBook,
-    ledger: Ledger,
-    recent: RecentIds,
-    rows_from: int,
-    pairs_from: int,
-    rows: I64,
-    recent_from: int | None,
-) -> bytes:
+def encode(held: Rows, rows_from: int, pairs_from: int, rows: I64, recent_from: int | None) -> bytes:
     """A segment: the tags of rows ``rows_from ..``, the values of ``rows`` (distinct),
     every window kept, the hashes from ``pairs_from``, and the remembered ids added since
     the id count was ``recent_from`` (None: every remembered id)."""
+    recent, book = held.recent, held.book
     ids, times = recent.newest(recent.held if recent_from is None else recent.count - recent_from)
     payload: dict[str, Any] = {
         "format": FORMAT,
         "rows_from": rows_from,
-        "tags": devices.tags[rows_from:].astype("<u8").tobytes(),
+        "tags": held.devices.tags[rows_from:].astype("<u8").tobytes(),
         "rows": rows.astype("<u4").tobytes(),
         "book": book.rows_to_wire(rows),
-        "windows": {str(w): c.get(rows).astype("<i4").tobytes() for w, c in ledger.windows.items()},
+        "windows": {str(w): c.get(rows).astype("<i4").tobytes() for w, c in held.ledger.windows.items()},
         "pairs_from": pairs_from,
         "pairs": book.pairs.tags[pairs_from:].astype("<u8").tobytes(),
+        "rounds": held.round_book.masks_of(rows).astype("<u8").tobytes() if held.round_book.rows else b"",
         "recent": ids.astype("<u8").tobytes(),
         "recent_at": times.astype("<i8").tobytes(),
         "recent_held": recent.held,
@@ -168,9 +170,10 @@ def encode(
     return bytes(msgpack.packb(payload, use_bin_type=True))
 
 
-def apply(devices: TagIndex, book: DeviceBook, ledger: Ledger, recent: RecentLog, data: bytes) -> None:
+def apply(held: Rows, recent: RecentLog, data: bytes) -> None:
     """Apply a segment to the rows and ids it follows (:class:`ValueError` if it does not
     follow them, or is not a segment)."""
+    devices, book, ledger = held.devices, held.book, held.ledger
     payload = msgpack.unpackb(data, raw=False, strict_map_key=False)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise ValueError("not a segment of device rows")
@@ -192,10 +195,16 @@ def apply(devices: TagIndex, book: DeviceBook, ledger: Ledger, recent: RecentLog
         del ledger.windows[window]
     for window, counts in windows.items():
         ledger.windows.setdefault(window, RowCounts()).set(rows, counts)
+    if payload["rounds"]:
+        masks = np.frombuffer(payload["rounds"], dtype="<u8").astype(np.uint64)
+        if masks.shape != rows.shape:
+            raise ValueError("a segment's round masks and rows differ in length")
+        held.round_book.set(rows, masks)
     ids = np.frombuffer(payload["recent"], dtype="<u8").astype(np.uint64)
     times = np.frombuffer(payload["recent_at"], dtype="<i8").astype(np.int64)
-    held = int(payload["recent_held"])
-    if ids.shape != times.shape or not 0 <= held <= recent.ids.shape[0] + ids.shape[0]:
+    remembered = int(payload["recent_held"])
+    if ids.shape != times.shape or not 0 <= remembered <= recent.ids.shape[0] + ids.shape[0]:
         raise ValueError("a segment's report ids do not follow those before it")
-    recent.ids = np.concatenate([recent.ids, ids])[recent.ids.shape[0] + ids.shape[0] - held :]
-    recent.times = np.concatenate([recent.times, times])[recent.times.shape[0] + times.shape[0] - held :]
+    first = recent.ids.shape[0] + ids.shape[0] - remembered
+    recent.ids = np.concatenate([recent.ids, ids])[first:]
+    recent.times = np.concatenate([recent.times, times])[first:]

@@ -84,6 +84,7 @@ from prometheus_client.registry import Collector as PromCollector
 
 from kvldp.aggregator.devices import epsilon_per_charge
 from kvldp.aggregator.refit import Snapshot, condition_label, refit
+from kvldp.aggregator.round_state import mask_costs
 from kvldp.aggregator.state import AggregatorState
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism
@@ -132,12 +133,16 @@ class SnapshotCollector(PromCollector):
         per_charge = epsilon_per_charge(self.collection)
         bounds = per_charge * np.asarray(SPENT_BUCKETS, dtype=np.float64)
         if state.rounds is not None:  # what a device has spent after 1, 2, ... c rounds
-            mechanism = interactive_mechanism(self.collection)
-            costs = [mechanism.round_epsilon(r) for r in range(mechanism.rounds)]
+            costs = state.round_costs()
             bounds = np.cumsum(costs) * (1 + 1e-12)
-            spent = state.device_spent()
-            cumulative = np.searchsorted(np.sort(spent), bounds, side="right")
-            devices, total = spent.shape[0], float(spent.sum())
+            tally = state.devices_by_rounds()  # devices per mask of rounds: no pass over them
+            masks = np.array(sorted(tally), dtype=np.uint64)
+            held = np.array([tally[m] for m in masks.tolist()], dtype=np.int64)
+            spent = mask_costs(masks, costs)
+            order = np.argsort(spent, kind="stable")
+            running = np.cumsum(np.r_[0, held[order]])
+            cumulative = running[np.searchsorted(spent[order], bounds, side="right")]
+            devices, total = int(held.sum()), float(np.dot(spent, held))
         else:  # from the count of devices per number of charges: no pass over the devices
             tally = state.devices_by_charges()
             charges = np.array(sorted(tally), dtype=np.int64)

@@ -23,8 +23,8 @@ from numpy.typing import NDArray
 from kvldp.aggregator.dedup import Probe
 from kvldp.aggregator.devices import charges_distinct_payloads
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Charges, device_hashes
-from kvldp.aggregator.round_state import RoundBook, RoundState
-from kvldp.aggregator.state import AggregatorState
+from kvldp.aggregator.round_state import RoundState
+from kvldp.aggregator.state import AggregatorState, PartitionState
 from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
 from kvldp.common.primitives import IntArray
 from kvldp.common.schema import ReportBatch
@@ -90,9 +90,9 @@ class Plan:
     last_digest: bytes
     #: keyed hash of each report's device (collections that keep a device book)
     devices: NDArray[np.uint64] | None = None
-    #: interactive collections: the partition's round book after the fetch, and the open
-    #: round the plan was made in
-    round_book: RoundBook | None = None
+    #: interactive collections: the devices whose reports of the open round are admitted
+    #: (each once), and the open round the plan was made in
+    round_devices: NDArray[np.uint64] | None = None
     round_index: int = -1
     round_complete: bool = False
     #: keyed hash of the device of each report refused as implausible
@@ -118,10 +118,12 @@ class Plan:
                 target.folded += int(np.sum(~change.keep))
                 reports = {k: v[change.keep] for k, v in reports.items()}
                 buckets = None if buckets is None else buckets[change.keep]
-        if self.round_book is not None and state.rounds is not None:
+        if self.round_devices is not None and state.rounds is not None:
             if (state.rounds.open_round, state.rounds.complete) != (self.round_index, self.round_complete):
                 raise RuntimeError(f"plan for round {self.round_index} applied in another round")
-            target.round_book = self.round_book
+            rows = target.devices.add(self.round_devices)
+            target.round_book.commit(rows, self.round_index)
+            target.chain.touch(rows)
             state.rounds.open_reports += self.n_reports
         state.fold_reports(self.partition, reports, buckets)
         target.next_offset = self.next_offset
@@ -192,11 +194,11 @@ def plan(
     hashes = None  # keyed hash of each record's device, for the ledgers and the device book
     if (config.max_reports_per_device or state.tracks_devices or rounds is not None) and decoded.message.size:
         hashes = device_hashes(ledger_key, [r.key for r in fresh])
-    round_book = None
+    round_devices = None
     if rounds is not None:
-        round_book = current.round_book
+        round_devices = np.zeros(0, np.uint64)
         if hashes is not None:
-            round_book = _charge_rounds(decoded, keep, fresh, rejected, hashes, current.round_book, rounds)
+            round_devices = _charge_rounds(decoded, keep, fresh, rejected, hashes, current, rounds)
     if config.max_reports_per_device and hashes is not None:
         messages, counts = np.unique(decoded.message[keep], return_counts=True)
         if messages.size:
@@ -236,7 +238,7 @@ def plan(
         charges,
         record_digest(fresh[-1]),
         devices,
-        round_book,
+        round_devices,
         -1 if rounds is None else rounds.open_round,
         rounds is not None and rounds.complete,
         device_hashes(ledger_key, flagged) if flagged else None,
@@ -278,23 +280,22 @@ def _charge_rounds(
     fresh: Sequence[Record],
     rejected: list[Rejected],
     hashes: NDArray[np.uint64],
-    book: RoundBook,
+    partition: PartitionState,
     rounds: RoundState,
-) -> RoundBook:
+) -> NDArray[np.uint64]:
     """Interactive collections: refuse reports of another round or other means, then a
-    device's second report in the open round; returns the round book with the rest."""
+    device's second report in the open round; returns the devices of the rest."""
     bad, reasons, details = rounds.gate(decoded.reports)
     for row in np.flatnonzero(bad & keep):
         r = fresh[int(decoded.message[row])]
         rejected.append(Rejected(r.offset, r.key, r.value, str(reasons[row]), str(details[row])))
     keep &= ~bad
     rows = np.flatnonzero(keep)
-    if not rows.size:
-        return book
-    book, admitted = book.charge(hashes[decoded.message[rows]], rounds.open_round)
+    devices = hashes[decoded.message[rows]]
+    admitted = partition.round_book.assess(devices, partition.devices.find(devices), rounds.open_round)
     for row in rows[~admitted]:
         r = fresh[int(decoded.message[row])]
         detail = f"device already reported in round {rounds.open_round + 1}"
         rejected.append(Rejected(r.offset, r.key, r.value, "budget_exceeded", detail))
     keep[rows[~admitted]] = False
-    return book
+    return devices[admitted]

@@ -15,19 +15,22 @@ device its chance to report once, the minimum keeps a quiet period from closing 
 round on a handful of reports.
 
 :class:`RoundBook` is the server's mirror of the devices' rule of one report per round:
-per partition, a keyed device hash and a bit mask of the rounds it reported in. A
+per partition, a bit mask of the rounds each device (a row of its keyed hashes)
+reported in. A
 second report of a device in one round is refused as ``budget_exceeded``; the masks
 also give the epsilon each device has spent (``kvldp_device_privacy_spent_epsilon``).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.aggregator.tag_index import grown
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import Control, interactive_mechanism
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
@@ -35,6 +38,7 @@ from kvldp.common.primitives import FloatArray
 from kvldp.common.schema import ReportBatch
 
 U64 = NDArray[np.uint64]
+I64 = NDArray[np.int64]
 
 
 @dataclass
@@ -134,43 +138,85 @@ class RoundState:
         )
 
 
-@dataclass
 class RoundBook:
-    """Rounds reported per hashed device (bit r of the mask: round r), sorted by hash."""
+    """Rounds reported per device (bit r of a 64-bit mask: round r), by the device's row of
+    the partition's :class:`~kvldp.aggregator.tag_index.TagIndex`, and how many devices
+    hold each mask (what the spent histogram reads, without a pass over the devices).
+    Charging a fetch costs the fetch, not the devices held."""
 
-    keys: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
-    masks: U64 = field(default_factory=lambda: np.zeros(0, np.uint64))
+    def __init__(self, masks: U64 | None = None) -> None:
+        held = np.zeros(0, np.uint64) if masks is None else np.asarray(masks, np.uint64)
+        self._masks = held.copy()
+        self._size = held.shape[0]
+        #: devices per non-zero mask
+        self.by_mask: Counter[int] = Counter()
+        self._tally(held, 1)
 
-    def charge(self, devices: U64, round_index: int) -> tuple[RoundBook, NDArray[np.bool_]]:
-        """The book after these reports of round ``round_index`` (in order), and which are
-        admitted: a device's first report in the round, if it had none there before."""
+    @property
+    def rows(self) -> int:
+        """Rows with a mask so far (past them every mask is 0)."""
+        return int(self._size)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._masks.nbytes)
+
+    def masks_of(self, rows: I64) -> U64:
+        """The mask of each row (0 for a row never charged, or -1: a device not held)."""
+        out = np.zeros(rows.shape[0], np.uint64)
+        inside = (rows >= 0) & (rows < self._size)
+        out[inside] = self._masks[rows[inside]]
+        return out
+
+    def assess(self, devices: U64, rows: I64, round_index: int) -> NDArray[np.bool_]:
+        """Which of these reports of round ``round_index`` (their devices, in order, and
+        their rows, -1 for a device not held) are admitted: a device's first report in
+        the round, if it had none there before. The book is unchanged (:meth:`commit`)."""
         bit = np.uint64(1) << np.uint64(round_index)
-        uniq, first = np.unique(devices, return_index=True)
-        pos = np.minimum(np.searchsorted(self.keys, uniq), max(self.keys.size - 1, 0))
-        known = (self.keys[pos] == uniq) if self.keys.size else np.zeros(uniq.size, dtype=bool)
-        before = np.zeros(uniq.size, dtype=np.uint64)
-        before[known] = self.masks[pos[known]]
-        fresh = (before & bit) == 0
+        _, first = np.unique(devices, return_index=True)
+        fresh = (self.masks_of(rows[first]) & bit) == 0
         admitted = np.zeros(devices.shape[0], dtype=bool)
         admitted[first[fresh]] = True
-        keys = np.union1d(self.keys, uniq).astype(np.uint64)
-        masks = np.zeros(keys.shape[0], dtype=np.uint64)
-        masks[np.searchsorted(keys, self.keys)] = self.masks
-        masks[np.searchsorted(keys, uniq)] |= bit
-        return RoundBook(keys, masks), admitted
+        return admitted
+
+    def commit(self, rows: I64, round_index: int) -> None:
+        """Mark round ``round_index`` reported for ``rows`` (distinct)."""
+        if not rows.size:
+            return
+        before = self.masks_of(rows)
+        self._reach(int(rows.max()) + 1)
+        after = before | (np.uint64(1) << np.uint64(round_index))
+        self._tally(before, -1)
+        self._tally(after, 1)
+        self._masks[rows] = after
+
+    def set(self, rows: I64, masks: U64) -> None:
+        """Make the masks of ``rows`` (distinct) ``masks`` (restoring a checkpoint)."""
+        if not rows.size:
+            return
+        self._reach(int(rows.max()) + 1)
+        self._tally(self.masks_of(rows), -1)
+        self._tally(masks, 1)
+        self._masks[rows] = masks
+
+    def _reach(self, needed: int) -> None:
+        self._masks = grown(self._masks, self._size, needed, 0)
+        self._size = max(self._size, needed)
+
+    def _tally(self, masks: U64, sign: int) -> None:
+        values, devices = np.unique(masks[masks != 0], return_counts=True)
+        for value, count in zip(values.tolist(), devices.tolist(), strict=True):
+            self.by_mask[value] += sign * count
+            if not self.by_mask[value]:
+                del self.by_mask[value]
 
     def spent(self, costs: FloatArray) -> FloatArray:
-        """Epsilon each device spent: the costs of the rounds it reported in."""
-        bits = (self.masks[:, None] >> np.arange(len(costs), dtype=np.uint64)[None, :]) & np.uint64(1)
-        return np.asarray(bits.astype(np.float64) @ np.asarray(costs, dtype=np.float64), dtype=np.float64)
+        """Epsilon each device that reported spent: the costs of the rounds it reported in."""
+        masks = self._masks[: self._size]
+        return mask_costs(masks[masks != 0], costs)
 
-    def to_wire(self) -> list[bytes]:
-        return [self.keys.astype("<u8").tobytes(), self.masks.astype("<u8").tobytes()]
 
-    @classmethod
-    def from_wire(cls, obj: list[bytes]) -> RoundBook:
-        keys, masks = obj
-        return cls(
-            np.frombuffer(keys, dtype="<u8").astype(np.uint64),
-            np.frombuffer(masks, dtype="<u8").astype(np.uint64),
-        )
+def mask_costs(masks: U64, costs: FloatArray) -> FloatArray:
+    """The epsilon of each mask of rounds reported: the sum of those rounds' costs."""
+    bits = (masks[:, None] >> np.arange(len(costs), dtype=np.uint64)[None, :]) & np.uint64(1)
+    return np.asarray(bits.astype(np.float64) @ np.asarray(costs, dtype=np.float64), dtype=np.float64)

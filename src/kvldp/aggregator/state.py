@@ -49,7 +49,7 @@ from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
-from kvldp.common.primitives import IntArray
+from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.schema import ReportBatch
 from kvldp.common.stats import Stats
 
@@ -126,7 +126,7 @@ class PartitionState:
     def take_segment(self) -> Segment | None:
         """The segment of the per-device rows that changed since the last one taken
         (:meth:`SegmentChain.take`)."""
-        return self.chain.take(self.devices, self.book, self.ledger, self.recent)
+        return self.chain.take(self)
 
 
 class AggregatorState:
@@ -232,14 +232,26 @@ class AggregatorState:
         with instantaneous randomization an upper bound of it, the device's reports times
         the per-send bound (:mod:`kvldp.aggregator.devices`)."""
         if self.rounds is not None:
-            mech = interactive_mechanism(self.collection)
-            costs = np.array([mech.round_epsilon(r) for r in range(mech.rounds)])
             return np.concatenate(
-                [np.zeros(0), *(s.round_book.spent(costs) for s in self.partitions.values())]
+                [np.zeros(0), *(s.round_book.spent(self.round_costs()) for s in self.partitions.values())]
             )
         charged = [s.book.spent(len(s.devices)) for s in self.partitions.values()]
         counts = np.concatenate([np.zeros(0, np.int64), *charged]).astype(np.float64)
         return epsilon_per_charge(self.collection) * counts
+
+    def round_costs(self) -> FloatArray:
+        """The epsilon of each round of an interactive collection."""
+        mech = interactive_mechanism(self.collection)
+        return np.array([mech.round_epsilon(r) for r in range(mech.rounds)], dtype=np.float64)
+
+    def devices_by_rounds(self) -> Counter[int]:
+        """How many devices reported in exactly the rounds of each mask (bit r: round r),
+        all partitions: the spent histogram of an interactive collection without a pass
+        over the devices."""
+        total: Counter[int] = Counter()
+        for s in self.partitions.values():
+            total.update(s.round_book.by_mask)
+        return total
 
     def devices_by_charges(self) -> Counter[int]:
         """How many devices of the device book were charged exactly k times, for every k
@@ -285,7 +297,7 @@ class AggregatorState:
             {
                 p: {
                     **self._entry(s),
-                    "segment": segments.encode(s.devices, s.book, s.ledger, s.recent, 0, 0, _all(s), None),
+                    "segment": segments.encode(s, 0, 0, _all(s), None),
                 }
                 for p, s in self.partitions.items()
             }
@@ -325,7 +337,7 @@ class AggregatorState:
             "folded": s.folded,
             "flagged": s.flagged.to_wire(),
             "tally": sorted(s.book.devices_by_charges.items()),
-            **({"round_book": s.round_book.to_wire()} if self.rounds is not None else {}),
+            "round_tally": sorted(s.round_book.by_mask.items()),
         }
 
     @classmethod
@@ -375,9 +387,6 @@ class AggregatorState:
                     flagged=(
                         FlaggedDevices.from_wire(entry["flagged"]) if "flagged" in entry else FlaggedDevices()
                     ),
-                    round_book=(
-                        RoundBook.from_wire(entry["round_book"]) if state.rounds is not None else RoundBook()
-                    ),
                     # checkpoints written before the count was kept: every report is in the stats
                     folded=int(
                         entry.get("folded", base.n_reports + sum(s.n_reports for s in buckets.values()))
@@ -386,10 +395,13 @@ class AggregatorState:
                 if payload["v"] < 5:
                     part.devices, part.book, part.ledger = _device_state(entry)
                     part.recent = _legacy_recent(collection, entry)
+                    if state.rounds is not None:
+                        _legacy_round_book(part, entry["round_book"])
                 elif rows:
                     _restore_rows(collection, part, int(p), entry, segment)
                 else:
                     part.book.devices_by_charges.update({int(k): int(c) for k, c in entry["tally"]})
+                    part.round_book.by_mask.update({int(k): int(c) for k, c in entry["round_tally"]})
         except (KeyError, TypeError, ValueError, AttributeError, OSError, KvldpError) as exc:
             raise CheckpointMismatch(f"checkpoint is corrupt: {type(exc).__name__}: {exc}") from exc
         return state
@@ -417,11 +429,18 @@ def _restore_rows(
         data = segment(p, name) if segment is not None else b""
         if len(data) != size:
             raise ValueError(f"segment {name} of partition {p} holds {len(data)} bytes, not {size}")
-        segments.apply(part.devices, part.book, part.ledger, log, data)
+        segments.apply(part, log, data)
     if inline:
-        segments.apply(part.devices, part.book, part.ledger, log, bytes(entry["segment"]))
+        segments.apply(part, log, bytes(entry["segment"]))
     part.recent = recent_ids(collection, log.ids, log.times)
-    part.chain.restored(chain, part.devices, part.book, part.recent)
+    part.chain.restored(chain, part)
+
+
+def _legacy_round_book(part: PartitionState, wire: list[bytes]) -> None:
+    """Put a format 2 to 4 round book (devices sorted by hash, a mask each) on rows."""
+    keys, masks = (np.frombuffer(b, dtype="<u8").astype(np.uint64) for b in wire)
+    rows = part.devices.add(keys)
+    part.round_book.set(rows, masks)
 
 
 def _legacy_recent(collection: Collection, entry: dict[str, Any]) -> RecentIds:
