@@ -245,8 +245,12 @@ def test_a_snapshot_is_put_together_from_its_pieces(monkeypatch: pytest.MonkeyPa
     assert not exporter.pieces.get(0)
     with pytest.raises(CheckpointMismatch, match="no piece"):
         decode(c, 0, exporter[0].value, exporter.reader(0))
-    worker.take([Record("0/stray.1/0", b"x")])
-    assert worker.strays(0, state.partition(0).chain.entries) == ["0/stray.1/0"]
+    stray = Record("0/gone.1/0", b"x")
+    stray.timestamp = 1_000
+    worker.take([stray])
+    chain = state.partition(0).chain.entries
+    assert worker.strays(0, chain, before_ms=1_001) == ["0/gone.1/0"]  # its writer is gone
+    assert worker.strays(0, chain, before_ms=1_000) == []  # it may still be publishing
     worker.take([Record(keys[-1], None)])  # a tombstone
     with pytest.raises(CheckpointMismatch, match=r"holds \d+ bytes"):
         decode(c, 0, worker[0].value, worker.reader(0))

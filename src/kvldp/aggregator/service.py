@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
@@ -58,7 +58,7 @@ from kvldp.aggregator.ledgerkey import ledger_key
 from kvldp.aggregator.position import Kind, judge
 from kvldp.aggregator.serving import ServingRole, cancel, every
 from kvldp.aggregator.state import CheckpointMismatch, CheckpointStore
-from kvldp.aggregator.statetopic import StateFollower, StateTopic, decode
+from kvldp.aggregator.statetopic import Entry, StateFollower, StateTopic, decode
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import is_interactive
@@ -179,6 +179,8 @@ class Aggregator(ServingRole):
         finally:
             for task in [*tasks, *([self._loader] if self._loader is not None else [])]:
                 task.cancel()
+            if self._loader is not None:
+                await asyncio.gather(self._loader, return_exceptions=True)
             deadline = self._kafka_deadline or asyncio.get_running_loop().time() + STOP_GRACE_S
             unclean = await close_within(
                 [self._consumer, self.follower, self.snapshots, self._dlq, self.control, self.reachability],
@@ -398,6 +400,9 @@ class Aggregator(ServingRole):
         Kafka for lag dashboards (informational: the group coordinator's acknowledgement
         is not waited on for correctness, the saved offsets are what count)."""
         async with self._save_lock:
+            # only partitions held and loaded: a partition given up or still loading has
+            # no state here, and an empty snapshot of it must never be published
+            self._dirty &= set(self.state.partitions) - self._loading
             changed = set(self._dirty) if partitions is None else self._dirty & partitions
             if not changed:
                 return
@@ -405,10 +410,10 @@ class Aggregator(ServingRole):
             started = time.perf_counter()
             # the offsets and the state they belong to, taken at one instant (folds go on
             # during the awaits below): the commit never runs ahead of what was saved
-            offsets = {p: self.state.partition(p).next_offset for p in changed}
+            offsets = {p: self.state.partitions[p].next_offset for p in changed}
             try:
                 if self.store is not None:
-                    await asyncio.to_thread(self.store.save, self.store.take(self.state))
+                    await _finish(asyncio.to_thread(self.store.save, self.store.take(self.state)))
                 if self.snapshots is not None:
                     if not self.reachability.up:  # no replica can acknowledge it: keep it for later
                         self._dirty |= changed
@@ -488,6 +493,7 @@ class Aggregator(ServingRole):
             for p in mine:  # the next owner continues from the snapshot just published
                 self.state.partitions.pop(p, None)
                 self._verify.discard(p)
+            self._dirty -= mine
 
     async def assigned(self, assigned: list[TopicPartition]) -> None:
         """Start reading the assigned partitions from their state. A worker takes theirs
@@ -500,6 +506,8 @@ class Aggregator(ServingRole):
                 self._start_at_state(consumer, tp)
             return
         consumer.pause(*assigned)
+        for tp in assigned:  # a position, so that the fetcher does not ask for one meanwhile
+            consumer.seek(tp, 0)
         self._loading |= {tp.partition for tp in assigned}
         self._loader = asyncio.create_task(
             self._take_over(consumer, self.follower, assigned), name="take over"
@@ -528,6 +536,24 @@ class Aggregator(ServingRole):
                 self._start_at_state(consumer, tp)
                 consumer.resume(tp)
 
+    async def _no_snapshot(self, follower: StateFollower, tp: TopicPartition, committed: int) -> Entry | None:
+        """The snapshot of a partition whose group committed ``committed`` but whose
+        snapshot was not read in time: waited for until the state topic is read to its end
+        (a partition never starts afresh while a snapshot of it may still be on its way);
+        None, said once, when the topic holds none (it was deleted or never written)."""
+        self.log(
+            f"partition {tp.partition}: waiting for its snapshot in {self.collection.state_topic} "
+            f"(offset {committed} is committed)"
+        )
+        while (entry := follower.snapshots.get(tp.partition)) is None:
+            if await follower.caught_up(timeout=SNAPSHOT_WAIT_S) and tp.partition not in follower.snapshots:
+                self.log(
+                    f"partition {tp.partition}: {self.collection.state_topic} holds no snapshot of it; "
+                    "folding it afresh from its first offset"
+                )
+                return None
+        return entry
+
     async def _load_snapshots(
         self, consumer: AIOKafkaConsumer, follower: StateFollower, assigned: list[TopicPartition]
     ) -> None:
@@ -548,7 +574,12 @@ class Aggregator(ServingRole):
                 for tp, committed in zip(assigned, offsets, strict=True)
             )
         )
-        for tp, committed, entry in zip(assigned, offsets, entries, strict=True):
+        for tp, committed, found in zip(assigned, offsets, entries, strict=True):
+            entry = (
+                found
+                if found is not None or committed <= 0
+                else await self._no_snapshot(follower, tp, committed)
+            )
             if entry is None:
                 continue
             if entry.rank[1] < committed:
@@ -566,7 +597,23 @@ class Aggregator(ServingRole):
                     f"cannot be loaded (another collection's, or damaged): {exc}"
                 ) from exc
             if tp.partition in self._loading:
+                # its own base first: the chain it continues was written by another
+                # process, which (stalled, not gone) may still delete its own segments
+                loaded.chain.lost()
                 self.state.partitions[tp.partition] = loaded
+
+
+async def _finish(work: Awaitable[None]) -> None:
+    """Await ``work`` to its end even if the caller is cancelled meanwhile (then re-raise
+    the cancellation): a checkpoint's file writes, in a thread, must never overlap the
+    next checkpoint's, which may remove the files the late one's head would list."""
+    future = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(future)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await future
+        raise
 
 
 #: how each role names itself, and what it does while Kafka does not answer

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -52,6 +53,9 @@ from kvldp.kafka.topic_partitions import topic_partitions
 
 #: snapshots of wide statistics (IOH at d = 10: 0.5 MB per bucket) must fit one message
 MAX_SNAPSHOT_BYTES = 64 << 20
+#: a former owner's pieces are deleted once it has written nothing for this long (its
+#: consumer's max.poll.interval.ms: a member silent that long has left the group)
+GONE_WRITER_S = 300
 #: segments of per-device rows are cut into records of at most this many bytes: half of
 #: Kafka's default limit (``message.max.bytes``, 1 MiB), which a managed cluster may keep
 PIECE_BYTES = 1 << 19
@@ -103,6 +107,8 @@ class Snapshots(dict[int, Entry]):
         super().__init__()
         self.keeps_pieces = pieces
         self.pieces: dict[int, dict[str, bytes]] = {}
+        #: the time (ms) of the latest piece read from each writer
+        self.writers: dict[str, int] = {}
 
     def take(self, records: Iterable[object]) -> set[int]:
         """Keep each record that outranks the partition's current entry, and each piece
@@ -116,8 +122,12 @@ class Snapshots(dict[int, Entry]):
                 held = self.pieces.setdefault(partition, {})
                 if value is None:
                     held.pop(key, None)
-                elif self.keeps_pieces:
+                    continue
+                if self.keeps_pieces:
                     held[key] = value
+                writer = _writer(key)
+                stamp = int(getattr(r, "timestamp", 0) or 0)
+                self.writers[writer] = max(self.writers.get(writer, stamp), stamp)
                 continue
             parsed = _parse(r)
             if parsed is None:
@@ -144,10 +154,22 @@ class Snapshots(dict[int, Entry]):
 
         return segment
 
-    def strays(self, partition: int, chain: list[tuple[str, int]]) -> list[str]:
-        """Keys of the pieces held for ``partition`` that ``chain`` does not list."""
+    def strays(self, partition: int, chain: list[tuple[str, int]], before_ms: int) -> list[str]:
+        """Keys of the pieces held for ``partition`` that ``chain`` does not list, of
+        writers that wrote nothing since ``before_ms`` (gone, not just stalled: a stalled
+        former owner's late snapshot may be the only one compaction leaves, until the
+        current owner publishes again, and it must stay readable)."""
         listed = {k for name, size in chain for k in piece_keys(partition, name, size)}
-        return [k for k in self.pieces.get(partition, {}) if k not in listed]
+        return [
+            k
+            for k in self.pieces.get(partition, {})
+            if k not in listed and self.writers.get(_writer(k), 0) < before_ms
+        ]
+
+
+def _writer(key: str) -> str:
+    """The writer id of a piece key ``<partition>/<writer>.<n>/<piece>``."""
+    return key.split("/", 2)[1].split(".", 1)[0] if key.count("/") == 2 else ""
 
 
 def _piece(record: object) -> tuple[int, str, bytes | None] | None:
@@ -224,23 +246,20 @@ class StateTopic:
         at the moment of the call. A partition's records all go to one partition of the
         state topic, so a reader has read a snapshot's pieces when it reads the snapshot.
 
-        Once they are acknowledged, the pieces no chain lists any more (the old chain,
-        after a new base; with ``held``, the pieces read from the topic that no chain
-        lists: a former owner's unfinished snapshot) are deleted with tombstones."""
+        Once they are acknowledged, the pieces this writer wrote that its chain no longer
+        lists (after a new base) are deleted with tombstones, and, with ``held``, the
+        pieces of writers gone for :data:`GONE_WRITER_S` that no chain of this writer lists
+        (a former owner's chain, or its unfinished snapshot). A former owner's pieces are
+        not deleted sooner: while it may still publish, its late snapshot must stay
+        readable."""
         records: list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]] = []
         taken: dict[int, Segment] = {}
-        for p in sorted(partitions):
-            segment, mine = snapshot_records(state, p)
-            if segment is not None:
-                taken[p] = segment
-            records += [(p, *record) for record in mine]
-        obsolete = {
-            p: [k for name, size in segment.obsolete for k in piece_keys(p, name, size)]
-            + (held.strays(p, state.partitions[p].chain.entries) if held is not None else [])
-            for p, segment in taken.items()
-            if segment.obsolete
-        }
         try:
+            for p in sorted(partitions):
+                segment, mine = snapshot_records(state, p)
+                if segment is not None:
+                    taken[p] = segment
+                records += [(p, *record) for record in mine]
             spread = sorted(await self._producer.partitions_for(self.topic))
             futures = [
                 await self._producer.send(
@@ -254,6 +273,18 @@ class StateTopic:
             for p in taken:
                 state.partitions[p].chain.lost()
             raise
+        gone_before = int(time.time() * 1000) - GONE_WRITER_S * 1000
+        obsolete = {
+            p: [
+                k
+                for name, size in segment.obsolete
+                if name.startswith(state.partitions[p].chain.writer + ".")
+                for k in piece_keys(p, name, size)
+            ]
+            + (held.strays(p, state.partitions[p].chain.entries, gone_before) if held is not None else [])
+            for p, segment in taken.items()
+            if segment.obsolete
+        }
         tombstones = [
             await self._producer.send(
                 self.topic, key=key.encode(), value=None, partition=spread[p % len(spread)]
