@@ -298,7 +298,8 @@ async def test_secrets_reach_no_log_checkpoint_or_metric(
     apache_kafka_tls: TlsEndpoint, tmp_path: Path
 ) -> None:
     """A client certificate whose key is encrypted with a passphrase: the aggregator runs
-    with it, and the passphrase is in none of its log lines, its checkpoint or /metrics."""
+    with it, and the passphrase is in none of its log lines, its checkpoint (and its
+    segments) or /metrics."""
     certs = apache_kafka_tls.certs
     key = serialization.load_pem_private_key(certs.client_key_pem.read_bytes(), None)
     encrypted = tmp_path / "client.key"
@@ -334,7 +335,7 @@ async def test_secrets_reach_no_log_checkpoint_or_metric(
     finally:
         stop.set()
         await task
-    checkpoints = list((tmp_path / "state").iterdir())
+    checkpoints = [p for p in (tmp_path / "state").rglob("*") if p.is_file()]  # the segments too
     assert checkpoints
     for blob in [*(p.read_bytes() for p in checkpoints), metrics.encode(), "\n".join(said).encode()]:
         assert PASSWORD.encode() not in blob
