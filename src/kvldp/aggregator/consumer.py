@@ -14,6 +14,8 @@ from aiokafka import AIOKafkaConsumer
 
 from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
+from kvldp.kafka.lean_records import install as install_lean_records
+from kvldp.kafka.lean_records import lean
 
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
 MAX_RECORDS = 20_000
@@ -32,9 +34,11 @@ FETCH_BYTES = 1 << 20
 
 def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> AIOKafkaConsumer:
     """A consumer in ``collection``'s group for an aggregator of ``role`` (not yet started
-    or subscribed)."""
+    or subscribed), fetching :class:`~kvldp.kafka.lean_records.LeanRecord`."""
+    install_lean_records()
     return AIOKafkaConsumer(
         **kafka.client_options(f"kvldp-{role}"),
+        key_deserializer=lean,
         group_id=collection.consumer_group,
         enable_auto_commit=False,
         # "none": an out-of-range fetch raises instead of jumping to the log start, which
