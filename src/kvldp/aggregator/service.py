@@ -223,6 +223,9 @@ class Aggregator(ServingRole):
             return
         if self._fatal is not None:
             raise self._fatal
+        # let the fetcher ask for the next records before this fetch is folded, so that
+        # the broker works while this process folds
+        await asyncio.sleep(0)
         for tp, records in fetched.items():
             if not records or tp not in consumer.assignment() or tp.partition in self._loading:
                 continue
