@@ -16,7 +16,7 @@ from kvldp.aggregator.ledgerkey import LEDGER_KEY_ENV
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from kvldp.aggregator.statetopic import Snapshots, StateFollower, StateTopic, decode, encode
+from kvldp.aggregator.statetopic import Snapshots, StateFollower, StateTopic, decode
 from kvldp.aggregator.topics import STATE_TOPIC_CONFIG
 from kvldp.bench.fleet_scale import Fleet, fleet_collection
 from kvldp.broker.apache_kafka import ApacheKafka
@@ -27,6 +27,7 @@ from kvldp.reliability.cluster import count_records
 from kvldp.sim import simulate
 
 from support.pipeline import oracle, scrape, start, unique_collection, wait_for
+from support.snapshots import single_snapshot
 
 
 def worker(collection: Collection, bootstrap: str) -> Aggregator:
@@ -225,7 +226,7 @@ def test_a_snapshot_decodes_only_as_its_own_partition_of_its_own_collection() ->
     collection = unique_collection("kvue", 3)
     state = AggregatorState(collection).partition(2)
     state.next_offset = 42
-    data = encode(collection, 2, state)
+    data = single_snapshot(collection, 2, state)
     assert decode(collection, 2, data).next_offset == 42
     with pytest.raises(KvldpError, match="holds partitions"):
         decode(collection, 1, data)

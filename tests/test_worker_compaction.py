@@ -10,7 +10,7 @@ import pytest
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
-from kvldp.aggregator.statetopic import decode, encode
+from kvldp.aggregator.statetopic import decode
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import parse_collection
 from kvldp.common.kvdata import KVData
@@ -18,6 +18,7 @@ from kvldp.common.schema import row
 from kvldp.common.wire import WireFormat
 
 from support import Rec
+from support.snapshots import single_snapshot
 
 TABLE = {
     "name": "compacted",
@@ -76,10 +77,10 @@ async def test_a_worker_snapshot_stays_bounded_and_the_merge_equals_role_all() -
             fold(worker, p, values, stamps)
             fold(whole, p, values, stamps)
             await worker._housekeeping()  # what the refit timer runs: no Kafka without a consumer
-            biggest["worker"] = max(biggest["worker"], len(encode(c, p, worker.state.partition(p))))
+            biggest["worker"] = max(biggest["worker"], len(single_snapshot(c, p, worker.state.partition(p))))
         whole.compact()
         biggest["all"] = max(
-            biggest["all"], *(len(encode(c, p, s)) for p, s in whole.state.partitions.items())
+            biggest["all"], *(len(single_snapshot(c, p, s)) for p, s in whole.state.partitions.items())
         )
     limit = whole.state.retention_ms // whole.state.bucket_ms + 1  # type: ignore[operator]
     assert all(len(s.buckets) <= limit for w in workers for s in w.state.partitions.values())
@@ -89,7 +90,7 @@ async def test_a_worker_snapshot_stays_bounded_and_the_merge_equals_role_all() -
     exporter = MergedExporter(c, NOWHERE, **quiet)  # type: ignore[arg-type]
     await exporter.follower.stop()  # never started: nothing is read from Kafka here
     for p, worker in enumerate(workers):  # through the state topic's bytes
-        exporter.state.partitions[p] = decode(c, p, encode(c, p, worker.state.partition(p)))
+        exporter.state.partitions[p] = decode(c, p, single_snapshot(c, p, worker.state.partition(p)))
     clock.now += 0.5  # between fetches: the 10 s window holds only part of the last one
     now_ms = int(clock.now * 1000)
     assert exporter.state.window_stats(now_ms) == whole.state.window_stats(now_ms)

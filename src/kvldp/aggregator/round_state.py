@@ -157,10 +157,6 @@ class RoundBook:
         """Rows with a mask so far (past them every mask is 0)."""
         return int(self._size)
 
-    @property
-    def nbytes(self) -> int:
-        return int(self._masks.nbytes)
-
     def masks_of(self, rows: I64) -> U64:
         """The mask of each row (0 for a row never charged, or -1: a device not held)."""
         out = np.zeros(rows.shape[0], np.uint64)

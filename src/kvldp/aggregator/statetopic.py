@@ -61,13 +61,6 @@ GONE_WRITER_S = 300
 PIECE_BYTES = 1 << 19
 
 
-def encode(collection: Collection, partition: int, state: PartitionState) -> bytes:
-    """A partition's whole snapshot in one message (per-device rows inline)."""
-    single = AggregatorState(collection)
-    single.partitions[partition] = state
-    return single.to_bytes()
-
-
 def decode(
     collection: Collection,
     partition: int,
