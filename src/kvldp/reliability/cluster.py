@@ -19,7 +19,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.kafka.topic_partitions import topic_partitions
@@ -92,16 +92,24 @@ async def fully_replicated(cluster: ApacheKafka) -> bool:
     )
 
 
-async def topic_config(cluster: ApacheKafka, topic: str) -> dict[str, str]:
+async def topic_config(cluster: ApacheKafka, topic: str, timeout: float = 30.0) -> dict[str, str]:
     """Every configuration entry of ``topic`` as the cluster applies it (its own and the
-    broker defaults)."""
-    async with admin(cluster) as client:
-        (response,) = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
-    (resource,) = response.resources
-    error_code, error_message, _, _, entries = resource[:5]
-    if error_code:
-        raise KafkaError(f"describing the configuration of {topic}: error {error_code} {error_message}")
-    return {entry[0]: entry[1] for entry in entries}
+    broker defaults).
+
+    A topic just created is known to the controller before every node has its metadata:
+    a node asked in that moment answers UNKNOWN_TOPIC_OR_PARTITION, so that answer is
+    asked again until ``timeout``; any other error is raised at once."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        async with admin(cluster) as client:
+            (response,) = await client.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+        (resource,) = response.resources
+        error_code, error_message, _, _, entries = resource[:5]
+        if not error_code:
+            return {entry[0]: entry[1] for entry in entries}
+        if error_code != UnknownTopicOrPartitionError.errno or asyncio.get_running_loop().time() > deadline:
+            raise KafkaError(f"describing the configuration of {topic}: error {error_code} {error_message}")
+        await asyncio.sleep(0.1)
 
 
 async def log_bounds(bootstrap: str, topic: str) -> dict[int, tuple[int, int]]:
