@@ -100,6 +100,12 @@ def column_dtype(f: Field) -> np.dtype[Any]:
     return np.dtype("<u8")
 
 
+def _padding(f: Field) -> int:
+    """The bits of a bitset field's last byte beyond its ``high`` bits (LSB-first)."""
+    spare = f.nbytes * 8 - f.high
+    return (0xFF << (8 - spare)) & 0xFF if spare else 0
+
+
 def _integer_bounds(f: Field) -> tuple[int, int]:
     """Values a field's storage type can hold (the schema check then applies the domain)."""
     return (0, 2**64) if f.dtype == np.dtype(np.uint64) else (-(2**63), 2**63)
@@ -141,6 +147,13 @@ class WireFormat:
         self.layout = SingleLayout(collection.name, self.mechanism.name, collection.digest, self.fields)
         #: per field: (bitset bytes or 0, lower, upper bound of the storage type)
         self._checks = [(f.nbytes if f.kind == "bits" else 0, *_integer_bounds(f)) for f in self.fields]
+        #: per field, its domain as :func:`~kvldp.common.schema.field_checks` applies it:
+        #: (padding bits of a bitset's last byte or 0, low, high)
+        self._domains = [
+            (_padding(f), f.low, f.high) if f.kind == "bits" else (0, f.low, f.high) for f in self.fields
+        ]
+        #: whether a report's validity depends on more than each field's domain
+        self._row_rules = self.mechanism.has_row_rules()
         self._single_keys = frozenset((*ENVELOPE, *self.names))
         self._batch_keys = frozenset((*ENVELOPE, *BATCH_KEYS))
         self._unpack_limits = {
@@ -317,6 +330,64 @@ class WireFormat:
                 return None
         return values
 
+    def _own_single(self, obj: Any) -> bool:
+        """``obj`` is a map with this collection's envelope and no batch count: a single
+        report for :meth:`_fields_of` to read."""
+        env = self.envelope
+        return (
+            type(obj) is dict
+            and obj.get("ver") == env["ver"]
+            and obj.get("col") == env["col"]
+            and obj.get("mech") == env["mech"]
+            and type(obj.get("cfg")) is int
+            and obj["cfg"] == env["cfg"]
+            and "n" not in obj
+        )
+
+    def _in_domain(self, values: list[Any]) -> bool:
+        """Every value of a single report (as :meth:`_fields_of` returns them) within its
+        field's domain."""
+        for (padding, low, high), value in zip(self._domains, values, strict=True):
+            if type(value) is bytes:
+                if padding and value[-1] & padding:
+                    return False
+            elif not low <= value < high:
+                return False
+        return True
+
+    def count(self, message: bytes | None, record_ts: int | None = None) -> int:
+        """How many reports ``message`` carries, when :meth:`decode` would take every one
+        of them from a record stamped ``record_ts``; otherwise :class:`WireError` with the
+        reason :meth:`decode` gives.
+
+        One message through :meth:`decode` costs numpy's fixed cost per call several times
+        over. A single report whose envelope, fields, field domains, ``ts``, ``rid`` and
+        ``eps`` all pass the general decoder's scalar checks is counted without it (a
+        mechanism whose reports have rules beyond field domains still has them applied to
+        the one row); any other message goes through :meth:`decode`, which names the
+        reason of a refusal.
+        """
+        if message is not None and len(message) <= self.cap:
+            try:
+                obj = msgpack.unpackb(message, raw=False, strict_map_key=True, **self._unpack_limits)
+            except Exception:  # the general decoder names what is wrong
+                obj = None
+            values = self._fields_of(obj) if self._own_single(obj) else None
+            if values is not None and self._in_domain(values):
+                try:
+                    self._optional(obj, record_ts)
+                except WireError:
+                    values = None
+                if values is not None and (
+                    not self._row_rules or bool(self.mechanism.valid_rows(self._assemble([values], []))[0])
+                ):
+                    return 1
+        decoded = self.decode([message], None if record_ts is None else [record_ts])
+        if decoded.rejected:
+            _, reason, detail = decoded.rejected[0]
+            raise WireError(reason, detail)
+        return int(decoded.message.size)
+
     def _single_or_batch(self, obj: Any) -> list[Any] | dict[str, NDArray[Any]]:
         """The slow, diagnosing path: a single report's values or a batch's columns, or a
         :class:`WireError` naming what is wrong."""
@@ -393,8 +464,6 @@ class WireFormat:
         batches: list[dict[str, NDArray[Any]]] = []
         batch_msg: list[NDArray[np.int64]] = []
         rejected: list[tuple[int, str, str]] = []
-        env = self.envelope
-        ver, col, mech, cfg = env["ver"], env["col"], env["mech"], env["cfg"]
         unpack, limits = msgpack.unpackb, self._unpack_limits
         stamps = None if record_ts is None else record_ts[indices].tolist()
         for j, i in enumerate(indices.tolist()):
@@ -409,15 +478,7 @@ class WireFormat:
                     obj = unpack(data, raw=False, strict_map_key=True, **limits)
                 except Exception as exc:  # msgpack raises many unrelated types on garbage
                     raise WireError("undecodable", f"{type(exc).__name__}: {exc}"[:200]) from None
-                if (
-                    type(obj) is dict
-                    and obj.get("ver") == ver
-                    and obj.get("col") == col
-                    and obj.get("mech") == mech
-                    and type(obj.get("cfg")) is int
-                    and obj["cfg"] == cfg
-                    and "n" not in obj
-                ):
+                if self._own_single(obj):
                     values = self._fields_of(obj)
                     if values is not None:
                         single_rid.append(self._optional(obj, rts))

@@ -42,4 +42,5 @@ def refused(status: int, detail: str, retry_after: str | None = None) -> web.Res
 
 
 def accepted(reports: int) -> web.Response:
-    return web.json_response({"accepted": reports}, status=202)
+    """``{"accepted": <reports>}`` (written without the JSON encoder: it is one integer)."""
+    return web.Response(text=f'{{"accepted": {reports:d}}}', status=202, content_type="application/json")

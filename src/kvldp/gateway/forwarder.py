@@ -66,7 +66,10 @@ class Forwarder:
         try:
             async with asyncio.timeout(self.timeout):
                 delivery = await self.producer.send(topic, value=value, key=key, timestamp_ms=timestamp_ms)
-                await asyncio.shield(delivery)
+                # not shielded: the timeout cancels only this record's own future, which
+                # aiokafka then leaves alone (it settles a record's future only if it is not
+                # done), while the record stays in its batch
+                await delivery
         except TimeoutError:
             raise Unavailable(f"Kafka did not acknowledge within {self.timeout:g} s") from None
         except KafkaError as exc:

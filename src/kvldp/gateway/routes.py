@@ -87,7 +87,7 @@ class Routes:
         self.metrics.received(name, len(body))
         now_ms = int(time.time() * 1000)
         try:
-            reports = await check.reports(body, now_ms)
+            reports = check.reports(body, now_ms)
         except BodyRefused as exc:
             return refusal(exc.status, exc.code, exc.detail)
         try:

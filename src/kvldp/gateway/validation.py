@@ -10,20 +10,16 @@ for another configuration of the collection), 413 ``too_large`` (above the colle
 ``out_of_range``, ``implausible_report``, ...). What only the aggregator can know (a
 device over its budget, a report for a closed round, a duplicate) is left to it.
 
-The decoder is columnar: it checks a list of messages in one pass. The bodies of the
-requests that reach :meth:`BodyCheck.reports` in the same turn of the event loop are
-decoded together, in one call, and each request gets its own message's verdict.
+Each body is checked on its own, as it arrives (:meth:`WireFormat.count
+<kvldp.common.wire.WireFormat.count>`: scalar checks for a single report, the columnar
+decoder for anything else and for naming a refusal's reason).
 """
 
 from __future__ import annotations
 
-import asyncio
-
-import numpy as np
-
 from kvldp.common.collection import Collection
 from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
-from kvldp.common.wire import WireFormat
+from kvldp.common.wire import WireError, WireFormat
 
 
 class BodyRefused(Exception):
@@ -43,46 +39,22 @@ class BodyCheck:
         self.collection = collection
         self.wire = WireFormat(collection)
         self.one_report = one_report_per_message(collection)
-        #: bodies waiting for the next decode: (body, record time, the request's verdict)
-        self._pending: list[tuple[bytes, int, asyncio.Future[int]]] = []
 
     @property
     def max_bytes(self) -> int:
         """The largest message the collection takes."""
         return self.wire.cap
 
-    async def reports(self, body: bytes, record_ms: int) -> int:
+    def reports(self, body: bytes, record_ms: int) -> int:
         """The number of reports ``body`` carries, if the aggregator would fold them all
         from a record stamped ``record_ms``; :class:`BodyRefused` otherwise."""
-        loop = asyncio.get_running_loop()
-        verdict: asyncio.Future[int] = loop.create_future()
-        if not self._pending:
-            loop.call_soon(self._decode_pending)
-        self._pending.append((body, record_ms, verdict))
-        return await verdict
-
-    def _decode_pending(self) -> None:
-        pending, self._pending = self._pending, []
         try:
-            decoded = self.wire.decode([p[0] for p in pending], [p[1] for p in pending])
-        except Exception as exc:  # a decoder bug: every waiting request fails (a 500), none hangs
-            for _, _, verdict in pending:
-                if not verdict.done():
-                    verdict.set_exception(exc)
-            return
-        counts = np.bincount(decoded.message, minlength=len(pending))
-        refused: dict[int, tuple[str, str]] = {}
-        for index, reason, detail in decoded.rejected:
-            refused.setdefault(index, (reason, detail))
-        for index, (_, _, verdict) in enumerate(pending):
-            if verdict.done():  # the request was cancelled (its client left)
-                continue
-            if index in refused:
-                verdict.set_exception(_refusal(*refused[index]))
-            elif counts[index] > 1 and self.one_report:
-                verdict.set_exception(BodyRefused(400, ONE_REPORT_REASON, ONE_REPORT_DETAIL))
-            else:
-                verdict.set_result(int(counts[index]))
+            count = self.wire.count(body, record_ms)
+        except WireError as exc:
+            raise _refusal(exc.reason, exc.detail) from None
+        if count > 1 and self.one_report:
+            raise BodyRefused(400, ONE_REPORT_REASON, ONE_REPORT_DETAIL)
+        return count
 
 
 def _refusal(reason: str, detail: str) -> BodyRefused:

@@ -179,6 +179,13 @@ class Mechanism(abc.ABC):
             return np.zeros(batch_len(batch), dtype=bool)
         return rule.refuses(self.report_statistic(batch))
 
+    def has_row_rules(self) -> bool:
+        """Whether a report's validity depends on more than each field's domain: a
+        mechanism constraint (:meth:`_validate_extra`) or an active plausibility rule."""
+        rule = self.plausibility_rule()
+        overridden = type(self)._validate_extra is not Mechanism._validate_extra
+        return overridden or (rule is not None and rule.active)
+
     def valid_rows(self, batch: ReportBatch) -> NDArray[np.bool_]:
         """The valid-row mask alone: the hot path of folding and decoding, which needs the
         reasons (:meth:`validate_coded`) only when some row is bad."""
