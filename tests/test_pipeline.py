@@ -24,6 +24,7 @@ from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.padding import slot_weights
+from kvldp.common.recording import read_recording
 from kvldp.producer.collector import Collector
 from kvldp.reliability.processes import Samples
 from kvldp.sim import simulate
@@ -171,6 +172,46 @@ async def test_record_finds_every_partition_on_apache_kafka(
     assert (
         await record(collection, bootstrap, tmp_path / "run.rec", from_beginning=True, idle_timeout=1.0) == 30
     )
+
+
+async def test_record_without_from_beginning_records_only_new_messages(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    """The old messages are not recorded, the last batch of each partition included (the
+    embedded broker answers a request for the latest offset with that batch's first)."""
+    collection = unique_collection("kvue", 3, partitions=2)
+    await ensure_topics(broker.bootstrap_servers, collection)
+    async with Collector(collection, broker.bootstrap_servers) as sdk:
+        await sdk.report_many([{"k0": 1.0}] * 40, [f"old-{i}" for i in range(40)])
+    path = tmp_path / "new.rec"
+    recording = asyncio.create_task(
+        record(collection, broker.bootstrap_servers, path, from_beginning=False, idle_timeout=2.0)
+    )
+    async with Collector(collection, broker.bootstrap_servers) as sdk:
+        # new reports, one every 0.2 s: the recorder knows where each partition ends well
+        # before the last ones, and stops 2 s after the last
+        for i in range(25):
+            await sdk.report_many([{"k1": 1.0}], [f"new-{i}"])
+            await asyncio.sleep(0.2)
+    count = await recording
+    with path.open("rb") as stream:
+        _, records = read_recording(stream)
+        keys = [r.key.decode() for r in records if r.key is not None]
+    assert len(keys) == count > 0
+    assert all(k.startswith("new-") for k in keys), keys
+    assert "new-24" in keys
+
+
+async def test_record_refuses_to_overwrite_a_file_without_force(tmp_path: Path) -> None:
+    toml = collection_toml(unique_collection("kvue", 3), tmp_path / "c.toml")
+    existing = tmp_path / "run.rec"
+    existing.write_bytes(b"a recording of another collection")
+    args = ["record", "--collection", str(toml), "--out", str(existing), "--bootstrap-servers", "127.0.0.1:1"]
+    done = await asyncio.to_thread(run_kvldp, *args, "--idle-timeout", "0.5")
+    assert done.returncode == 2 and existing.read_bytes() == b"a recording of another collection"
+    assert done.stderr.strip().splitlines() == [
+        f"kvldp: error: --out {existing} exists; give --force to overwrite it"
+    ]
 
 
 async def produce_file(

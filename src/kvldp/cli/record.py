@@ -16,10 +16,13 @@ from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("record", help="write a collection's raw report messages to a file")
     p.add_argument("--collection", required=True)
-    p.add_argument("--out", required=True, metavar="PATH", type=FileToWrite)
+    p.add_argument("--out", required=True, metavar="PATH", type=FileToWrite, help="the recording to write")
     p.add_argument(
-        "--from-beginning", action="store_true", help="start at the oldest message (default: new ones)"
+        "--from-beginning",
+        action="store_true",
+        help="record every message from the oldest (default: only those that arrive after the recording starts)",
     )
+    p.add_argument("--force", action="store_true", help="overwrite --out if it exists")
     p.add_argument(
         "--idle-timeout", type=positive_float, default=5.0, help="stop after this many idle seconds"
     )
@@ -33,6 +36,8 @@ def cmd_record(args: argparse.Namespace) -> int:
     from kvldp.sim.record_replay import record
 
     collection = load_collection(args.collection)
+    if Path(args.out).exists() and not args.force:
+        raise KvldpError(f"--out {args.out} exists; give --force to overwrite it")
     kafka = kafka_settings(args)
 
     async def go(stop: asyncio.Event) -> int:

@@ -31,7 +31,15 @@ from kvldp.kafka.topic_partitions import topic_partitions
 async def record(
     collection: Collection, kafka: KafkaConfig | str, out: Path, from_beginning: bool, idle_timeout: float
 ) -> int:
-    """Write the topic's messages to ``out`` until nothing arrives for ``idle_timeout`` seconds."""
+    """Write the topic's messages to ``out`` until nothing arrives for ``idle_timeout`` seconds:
+    all of them with ``from_beginning``, else those past each partition's end when the
+    recording starts.
+
+    A partition's end is the high watermark of the broker's first fetch answer, not its
+    answer to a ListOffsets request for the latest offset: the embedded broker answers
+    that with the base offset of the partition's last record batch, so a seek to it
+    would re-read that batch. What the first fetches bring is older than the end, and
+    dropped."""
     if out.is_dir():
         raise KvldpError(f"output {str(out)!r} is a directory; give a file name")
     if not out.parent.is_dir():
@@ -48,8 +56,11 @@ async def record(
             raise FileNotFoundError(f"topic {collection.reports_topic} does not exist")
         tps = [TopicPartition(collection.reports_topic, p) for p in sorted(partitions)]
         consumer.assign(tps)
+        #: per partition, the first offset recorded (unknown until a fetch answer gives it)
+        start: dict[TopicPartition, int] = {}
         if from_beginning:
             await consumer.seek_to_beginning(*tps)
+            start = dict.fromkeys(tps, 0)
         else:
             await consumer.seek_to_end(*tps)
         with out.open("wb") as stream:
@@ -57,14 +68,19 @@ async def record(
             last = time.monotonic()
             while time.monotonic() - last < idle_timeout:
                 fetched = await consumer.getmany(timeout_ms=200, max_records=10_000)
+                for tp in tps:
+                    if tp not in start and (end := consumer.highwater(tp)) is not None:
+                        start[tp] = end
                 for tp, records in fetched.items():
-                    for r in records:
+                    first = start.get(tp)
+                    new = [r for r in records if first is not None and r.offset >= first]
+                    for r in new:
                         write_record(
                             stream, RecordedMessage(tp.partition, r.offset, r.timestamp, r.key, r.value)
                         )
-                    count += len(records)
-                if fetched:
-                    last = time.monotonic()
+                    count += len(new)
+                    if new:
+                        last = time.monotonic()
     finally:
         await consumer.stop()
     return count
