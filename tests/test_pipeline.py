@@ -22,6 +22,7 @@ from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection
+from kvldp.common.errors import KvldpError
 from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.padding import slot_weights
 from kvldp.common.recording import read_recording
@@ -212,6 +213,39 @@ async def test_record_refuses_to_overwrite_a_file_without_force(tmp_path: Path) 
     assert done.stderr.strip().splitlines() == [
         f"kvldp: error: --out {existing} exists; give --force to overwrite it"
     ]
+
+
+async def test_two_aggregators_of_a_collection_refuse_to_share_a_state_dir(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    collection = unique_collection("kvue", 3)
+    other = unique_collection("kvue", 3)
+    state = tmp_path / "state"
+    first = Aggregator(
+        collection, broker.bootstrap_servers, state_dir=state, metrics_port=0, log=lambda _: None
+    )
+    stop, task = await start(first)
+    second = Aggregator(
+        collection, broker.bootstrap_servers, state_dir=state, metrics_port=0, log=lambda _: None
+    )
+    with pytest.raises(KvldpError, match=f"another aggregator of collection {collection.name} uses it"):
+        await second.run(asyncio.Event())
+    # another collection's aggregator has a checkpoint of its own there
+    neighbour = Aggregator(
+        other, broker.bootstrap_servers, state_dir=state, metrics_port=0, log=lambda _: None
+    )
+    stop_n, task_n = await start(neighbour)
+    stop.set()
+    stop_n.set()
+    await task
+    await task_n
+    # once the first has stopped, the directory is free again
+    third = Aggregator(
+        collection, broker.bootstrap_servers, state_dir=state, metrics_port=0, log=lambda _: None
+    )
+    stop3, task3 = await start(third)
+    stop3.set()
+    await task3
 
 
 async def produce_file(

@@ -126,7 +126,18 @@ class Aggregator(ServingRole):
 
     # ------------------------------------------------------------------ lifecycle
     async def run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None = None) -> None:
-        """Run until ``stop`` is set; leaves a final checkpoint."""
+        """Run until ``stop`` is set; leaves a final checkpoint. The checkpoint of a
+        ``--state-dir`` is this process's while it runs (a second aggregator of the
+        collection on the directory is refused)."""
+        if self.store is not None:
+            self.store.hold()
+        try:
+            await self._run(stop, ready)
+        finally:
+            if self.store is not None:
+                self.store.release()
+
+    async def _run(self, stop: asyncio.Event, ready: Callable[[Aggregator], None] | None) -> None:
         if self.store is not None:
             loaded = self.store.load()
             if loaded is not None:

@@ -49,6 +49,7 @@ from kvldp.common.atomic_file import write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
+from kvldp.common.file_lock import FileLock, LockTimeout
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.schema import ReportBatch
 from kvldp.common.stats import Stats
@@ -504,6 +505,24 @@ class CheckpointStore:
         self.collection = collection
         self.path = self.directory / f"{collection.name}.checkpoint"
         self.segments = self.directory / f"{collection.name}.segments"
+        self._lock = FileLock(self.path, f"the checkpoint {self.path}")
+
+    def hold(self) -> None:
+        """Take the checkpoint for this process (until :meth:`release`): a second aggregator
+        of the collection on the same directory would overwrite it and its segments with
+        its own, so it is refused with one line (``<checkpoint>.lock``'s ``flock``)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            self._lock.acquire(timeout=0.0)
+        except LockTimeout:
+            raise KvldpError(
+                f"state directory {self.directory}: another aggregator of collection "
+                f"{self.collection.name} uses it (it holds {self._lock.path}); give each aggregator "
+                "its own --state-dir"
+            ) from None
+
+    def release(self) -> None:
+        self._lock.release()
 
     def _file(self, p: int, name: str) -> Path:
         return self.segments / f"{p}.{name}"

@@ -8,13 +8,21 @@ closes the clients in order against one shared deadline (a service's grace perio
 :data:`LAST_CHANCE_S` (it closes at once when it has nothing to wait for), takes aiokafka's
 leaked cancellation for the end of the client that it is, and returns what could not be
 closed cleanly, for one log line.
+
+aiokafka closes a client's connections at the very end of its ``stop()``: one cut off
+before then (a consumer still waiting for its group to form, a cluster that does not
+answer) would leave them open for the rest of the process. The connections of an
+aiokafka consumer or producer cut off so are closed without asking the cluster anything.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import Any
+
+from aiokafka.client import AIOKafkaClient
 
 #: seconds a service's Kafka work may take once it is asked to stop (final snapshots,
 #: leaving the group, flushing producers); a local checkpoint is written whatever they take
@@ -42,4 +50,15 @@ async def close_within(clients: Iterable[object | None], deadline: float) -> lis
             # aiokafka re-raised the cancellation of one of its own tasks: it has stopped
         except Exception:  # a client that cannot close cleanly is reported, not raised
             unclean.append(type(client).__name__)
+            await _close_connections(client)
     return unclean
+
+
+async def _close_connections(client: object) -> None:
+    """Close the connections of an aiokafka consumer (``_client``: aiokafka offers no public
+    name for it) or producer (``client``) whose ``stop()`` was cut off."""
+    inner = getattr(client, "_client", None) or getattr(client, "client", None)
+    if isinstance(inner, AIOKafkaClient):
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(LAST_CHANCE_S):
+                await inner.close()

@@ -16,13 +16,13 @@ SDK only: not the aggregator, the simulations, the experiments or the benchmarks
 from kvldp.common.collection import Collection
 from kvldp.common.collection_file import load_collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.file_lock import LockTimeout
 from kvldp.common.privacy import PrivacyBudgetExhausted
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import KafkaStartError, KafkaUnreachable
 from kvldp.producer.bearer_token import InvalidToken, TokenFile
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import ReportStatus
-from kvldp.producer.file_lock import LockTimeout
 from kvldp.producer.gateway_client import DeliveryError, GatewayUnavailable, ReportRefused
 from kvldp.producer.retry_policy import RetryPolicy
 

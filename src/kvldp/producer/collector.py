@@ -84,6 +84,7 @@ from kvldp.common.collection_fields import InvalidCollection
 from kvldp.common.collection_file import load_collection
 from kvldp.common.control_record import Control, interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
+from kvldp.common.file_lock import LOCK_TIMEOUT_S
 from kvldp.common.kvdata import KVData
 from kvldp.common.privacy import PrivacyBudgetExhausted, format_duration
 from kvldp.common.schema import ReportBatch, batch_len, from_rows
@@ -102,7 +103,6 @@ from kvldp.producer.device_state import (
     period_of,
     tracks_privacy,
 )
-from kvldp.producer.file_lock import LOCK_TIMEOUT_S
 from kvldp.producer.gateway_client import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, GatewayTransport, reports_url
 from kvldp.producer.pairs import device_key, users_from_pairs
 from kvldp.producer.retry_policy import RetryPolicy
@@ -144,7 +144,7 @@ class Collector:
     simulation against topics nobody else wrote to). Processes may share a state file
     (or ``state_dir``): every change waits for the file's lock, at most
     ``state_lock_timeout`` seconds (then
-    :class:`~kvldp.producer.file_lock.LockTimeout`, nothing sent or spent). ``clock`` (a callable returning
+    :class:`~kvldp.common.file_lock.LockTimeout`, nothing sent or spent). ``clock`` (a callable returning
     seconds since the epoch, default :func:`time.time`) gives report times, and so the
     ``report_period`` a report falls in: a test or a simulation passes its own to step
     through periods without waiting.

@@ -28,7 +28,7 @@ digest) raises :class:`InvalidDeviceState` naming the file, and is left untouche
 One file may be shared by several processes of a device (an app and its background
 service, a restarted process while the old one still runs), and the rule holds across
 them as it holds in one: every read-modify-write of the file (:meth:`DeviceState.locked`,
-and every rule method) holds the file's exclusive lock (:mod:`kvldp.producer.file_lock`),
+and every rule method) holds the file's exclusive lock (:mod:`kvldp.common.file_lock`),
 reads the file again, applies the rule to what is on disk, writes and only then lets the
 next process in. Otherwise two processes would each decide from their own copy and each
 send (two reports in one period, a cap passed twice over), and the last write would
@@ -36,7 +36,7 @@ forget the other's spend. The file and its secret are created exactly once
 (:func:`kvldp.common.atomic_file.create_once`, under the lock): processes starting together
 all read the one secret, so a memoized state has one payload whoever sends it. A process
 waits for the lock at most ``lock_timeout`` seconds
-(:class:`~kvldp.producer.file_lock.LockTimeout`, nothing spent); a file system that cannot
+(:class:`~kvldp.common.file_lock.LockTimeout`, nothing spent); a file system that cannot
 lock, or grants locks it does not enforce, is refused (:class:`InvalidDeviceState`).
 
 Without a path the state lives in memory only. A gateway or simulator keeps one state per
@@ -63,12 +63,12 @@ from kvldp.common.atomic_file import create_once, write_atomically
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import interactive_mechanism, is_interactive
 from kvldp.common.errors import KvldpError
+from kvldp.common.file_lock import LOCK_TIMEOUT_S, CannotLock, FileLock
 from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
 from kvldp.common.path_checks import UnusablePath, writable_directory, writable_file
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
 from kvldp.common.schema import Report
-from kvldp.producer.file_lock import LOCK_TIMEOUT_S, CannotLock, FileLock
 
 FORMAT = "kvldp-device-state"
 VERSION = 3
@@ -164,7 +164,7 @@ def _exclusive(
 
 @contextmanager
 def _holding(path: Path, timeout: float, verify: bool = False) -> Iterator[None]:
-    """Hold the lock of the state file ``path`` (:class:`~kvldp.producer.file_lock.FileLock`);
+    """Hold the lock of the state file ``path`` (:class:`~kvldp.common.file_lock.FileLock`);
     a file system that cannot keep it is an :class:`InvalidDeviceState`."""
     lock = FileLock(path, f"device state {path}")
     try:
@@ -230,7 +230,7 @@ class DeviceState:
         one's). ``device_id``, when given, is the state's id (written if the file held
         another). A path where the state could not be kept is refused first, and so is a
         file system whose locks do not hold; another process holding the lock for longer
-        than ``lock_timeout`` seconds raises :class:`~kvldp.producer.file_lock.LockTimeout`."""
+        than ``lock_timeout`` seconds raises :class:`~kvldp.common.file_lock.LockTimeout`."""
         try:
             path = writable_file(path, "device state")
         except UnusablePath as exc:

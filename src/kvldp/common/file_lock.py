@@ -3,7 +3,8 @@
 A device's state file (:mod:`kvldp.producer.device_state`) may be shared by several
 processes of one device: an app and its background service, or a restarted process while
 the old one still runs. Every change to it is a read-modify-write, which only one of them
-may do at a time. The file itself cannot carry the lock, since every write replaces it by
+may do at a time. An aggregator's checkpoint (:class:`kvldp.aggregator.state.CheckpointStore`)
+is held by one aggregator for as long as it runs. The file itself cannot carry the lock, since every write replaces it by
 a rename (:func:`kvldp.common.atomic_file.write_atomically`) and a lock would stay with
 the old file; :class:`FileLock` locks a sibling that is never replaced or removed,
 ``<file>.lock`` (empty, mode 0600).
