@@ -5,9 +5,10 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-EXTRAS ?= dev,broker,plots
+EXTRAS ?= dev,broker,plots,dashboard
 
-.PHONY: demo test lint typecheck unit venv clean prometheus stunnel java maven kafka kafka-lock bench-deps evaluate dashboard
+.PHONY: demo test lint typecheck unit venv clean prometheus stunnel java maven kafka kafka-lock bench-deps evaluate dashboard \
+        node grafana-schema
 
 EXPERIMENTS := horigome-table4 horigome-table5 sun-fig1 sun-conditional pckv-synthetic fhr-zipf \
                instantaneous-price instantaneous-change
@@ -43,7 +44,8 @@ unit: $(STAMP)
 bench-deps: $(STAMP)
 	$(BIN)/python -m pip install --quiet -e '.[bench]'
 
-# the Grafana dashboard of deploy/, generated from src/kvldp/dashboard.py
+# the Grafana dashboard of deploy/, generated from src/kvldp/dashboard.py (Grafana's Foundation
+# SDK, the dashboard extra); tests/test_dashboard_schema.py checks it against Grafana's schema
 dashboard: $(STAMP)
 	$(BIN)/python -m kvldp.dashboard --out deploy/grafana/dashboards/kvldp.json
 
@@ -114,7 +116,29 @@ maven:
 	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq maven >/dev/null; }
 
-test: prometheus stunnel java kafka lint typecheck unit
+# the dashboard's schema check (tests/test_dashboard_schema.py): Grafana's dashboard schema for
+# the Grafana of deploy/docker-compose.yml (npm's @grafana/schema) and the TypeScript compiler,
+# at the versions tests/support/grafana_schema/package-lock.json pins, into .cache/grafana-schema;
+# installed again only when the pins change
+GRAFANA_SCHEMA := .cache/grafana-schema
+SCHEMA_PINS    := tests/support/grafana_schema/package.json tests/support/grafana_schema/package-lock.json
+
+$(GRAFANA_SCHEMA)/.installed: $(SCHEMA_PINS) | node
+	rm -rf $(GRAFANA_SCHEMA) && mkdir -p $(GRAFANA_SCHEMA)
+	cp $(SCHEMA_PINS) $(GRAFANA_SCHEMA)/
+	cd $(GRAFANA_SCHEMA) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+grafana-schema: $(GRAFANA_SCHEMA)/.installed
+
+# make grafana-schema needs Node.js and npm; install Debian's packages only when npm is missing
+node:
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing Debian's nodejs and npm packages (used by make grafana-schema)"; \
+	  if [ "$$(id -u)" -eq 0 ]; then sudo=; else sudo=sudo; fi; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq nodejs npm >/dev/null; }
+
+test: prometheus stunnel java kafka grafana-schema lint typecheck unit
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
