@@ -281,6 +281,57 @@ async def test_cli_produce_csv_and_offline_aggregate(broker: EmbeddedBroker, tmp
     assert set(payload["windows"]["all"]["estimators"]["unbiased"]["frequency"]) == {"k0", "k1", "k2"}
 
 
+@pytest.mark.parametrize(
+    ("last_row", "message"),
+    [
+        ("d4999,k1,nan", "value 'nan' is not finite"),
+        ("d4999,k1,12.5", "value 12.5 is outside the collection's value_range [0, 10]"),
+        ("d4999,k9,1.0", "key 'k9' is not a key of the collection"),
+    ],
+)
+async def test_a_bad_row_late_in_a_csv_publishes_nothing(
+    broker: EmbeddedBroker, tmp_path: Path, last_row: str, message: str
+) -> None:
+    """A file far longer than one chunk of sent reports (4,096 devices), bad on its last
+    line: one line naming file:line, and not one report on the topic."""
+    collection = unique_collection("kvue", 3)  # value_range [0, 10], no clipping
+    await ensure_topics(broker.bootstrap_servers, collection)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    csv = tmp_path / "devices.csv"
+    csv.write_text(
+        "\n".join(["device,key,value", *(f"d{i},k{i % 3},1.5" for i in range(4999)), last_row]) + "\n"
+    )
+    done = await produce_file(toml, csv, broker)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"kvldp: error: {csv}:5001: {message}"), lines
+    recorded = await record(
+        collection, broker.bootstrap_servers, tmp_path / "r.rec", from_beginning=True, idle_timeout=1.0
+    )
+    assert recorded == 0
+
+
+async def test_a_csv_without_device_rows_is_refused(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    collection = unique_collection("kvue", 3)
+    toml = collection_toml(collection, tmp_path / "c.toml")
+    csv = tmp_path / "devices.csv"
+    csv.write_text("device,key,value\n")
+    done = await produce_file(toml, csv, broker)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"kvldp: error: {csv}: no device rows to publish (the file holds a header at most)"
+    ]
+
+
+async def test_one_device_is_one_report(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    toml = collection_toml(unique_collection("kvue", 3), tmp_path / "c.toml")
+    csv = tmp_path / "devices.csv"
+    csv.write_text("device,key,value\nd1,k0,1.5\n")
+    done = await produce_file(toml, csv, broker)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("published 1 report to ")
+
+
 async def test_cli_produce_ratings_file(broker: EmbeddedBroker, tmp_path: Path) -> None:
     """A MovieLens-style ratings file (tab separated, a timestamp column, rows not grouped
     by user, items outside the collection) publishes one report per user."""

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.asyncio
 
 USERS = 200_000
 COUNTS = re.compile(
-    r"(\d+) reports acknowledged by (?:Kafka|the gateway), (\d+) sent but not acknowledged, (\d+) not sent"
+    r"(\d+) reports? acknowledged by (?:Kafka|the gateway), (\d+) sent but not acknowledged, (\d+) not sent"
 )
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -525,14 +526,19 @@ def _write_truth(path: Path, truth: dict[str, Any]) -> None:
 
 
 async def _publish_csv(sdk: Collector, path: Path, batch_size: int, chunk: int = 4096) -> None:
-    from kvldp.sim.csvsource import read_devices
-    from kvldp.sim.ratings import is_ratings_file, read_ratings
-
-    keys = frozenset(sdk.collection.keys)
+    """Publish the devices of a device or ratings file: read through once first, so that a
+    bad row anywhere (malformed, an unknown key, a value outside the collection's range
+    unless it clips) stops the command before anything is sent or spent."""
+    collection = sdk.collection
+    value_range = None if collection.clip_values else collection.value_range
+    devices_in_file = 0
+    for _ in _file_devices(path, frozenset(collection.keys), value_range):
+        devices_in_file += 1
+    if not devices_in_file:
+        raise KvldpError(f"{path}: no device rows to publish (the file holds a header at most)")
     ids: list[str] = []
     devices: list[dict[str, float]] = []
-    source = read_ratings(path).devices(keys) if is_ratings_file(path) else read_devices(path, keys)
-    for device, pairs in source:
+    for device, pairs in _file_devices(path, frozenset(collection.keys), value_range):
         ids.append(device)
         devices.append(pairs)
         if len(devices) >= chunk:
@@ -540,6 +546,24 @@ async def _publish_csv(sdk: Collector, path: Path, batch_size: int, chunk: int =
             ids, devices = [], []
     if devices:
         await sdk.report_many(devices, ids, batch_size=batch_size)
+
+
+def _file_devices(
+    path: Path, keys: frozenset[str], value_range: tuple[float, float] | None
+) -> Iterator[tuple[str, dict[str, float]]]:
+    """The devices of a ``device,key,value`` file (checked row by row, naming the line)
+    or of a ratings file (read whole; a rating outside ``value_range`` names its user
+    and item)."""
+    from kvldp.sim.csvsource import check_range, read_devices
+    from kvldp.sim.ratings import is_ratings_file, read_ratings
+
+    if not is_ratings_file(path):
+        yield from read_devices(path, keys, value_range)
+        return
+    for user, ratings in read_ratings(path).devices(keys):
+        for item, rating in ratings.items():
+            check_range(rating, value_range, f"{path}: the rating of {item!r} by user {user!r}")
+        yield user, ratings
 
 
 def _produce_periods(args: argparse.Namespace) -> int:

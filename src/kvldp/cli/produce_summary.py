@@ -81,7 +81,7 @@ class Publishing:
         d = self.deliveries
         rest = "the rest" if self.planned is None else str(max(self.planned - d.handed, 0))
         return (
-            f"{d.acknowledged} reports acknowledged by {self.who}, {d.unacknowledged} sent but not "
+            f"{reports(d.acknowledged)} acknowledged by {self.who}, {d.unacknowledged} sent but not "
             f"acknowledged, {rest} not sent"
         )
 
@@ -92,7 +92,7 @@ class Publishing:
         stopped = self.interrupted()
         if stopped is not None:
             return stopped
-        print(f"published {self.acknowledged} reports to {destination()}", file=sys.stderr)
+        print(f"published {reports(self.acknowledged)} to {destination()}", file=sys.stderr)
         return 0
 
     def interrupted(self) -> int | None:
@@ -103,3 +103,8 @@ class Publishing:
             return None
         print(f"interrupted: {self.counts()}", file=sys.stderr)
         return 128 + int(sig)
+
+
+def reports(count: int) -> str:
+    """``1 report``, ``2 reports``."""
+    return f"{count} report" if count == 1 else f"{count} reports"

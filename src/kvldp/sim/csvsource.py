@@ -1,7 +1,9 @@
 """Real device data from CSV: ``device,key,value`` rows, one device's rows together.
 
 The reader streams the file and yields one device at a time, so a file of any size can
-be published; every problem names its line.
+be read in bounded memory (the data of one device, and the ids of those seen); every
+problem names its line. ``kvldp produce`` reads a file through once before it sends
+anything, so that a bad row anywhere means nothing published and nothing spent.
 """
 
 from __future__ import annotations
@@ -29,8 +31,22 @@ def parse_number(text: str, where: str) -> float:
     return value
 
 
-def read_devices(path: Path, keys: frozenset[str]) -> Iterator[tuple[str, dict[str, float]]]:
-    """Yield (device id, {key: raw value}) per device, in file order."""
+def check_range(value: float, value_range: tuple[float, float] | None, where: str) -> None:
+    """:class:`InvalidCsv` saying ``where`` when ``value`` is outside ``value_range`` (None:
+    any value goes, the collection clips them)."""
+    if value_range is not None and not value_range[0] <= value <= value_range[1]:
+        lo, hi = value_range
+        raise InvalidCsv(
+            f"{where} {value!r} is outside the collection's value_range [{lo:g}, {hi:g}] "
+            "(set clip_values = true to clip on the device)"
+        )
+
+
+def read_devices(
+    path: Path, keys: frozenset[str], value_range: tuple[float, float] | None = None
+) -> Iterator[tuple[str, dict[str, float]]]:
+    """Yield (device id, {key: raw value}) per device, in file order; a value outside
+    ``value_range`` is an error naming its line."""
     seen: set[str] = set()
     current: str | None = None
     pairs: dict[str, float] = {}
@@ -48,6 +64,7 @@ def read_devices(path: Path, keys: frozenset[str]) -> Iterator[tuple[str, dict[s
             if lineno == 1 and (device, key, text) == ("device", "key", "value"):
                 continue  # header
             value = parse_number(text, f"{path}:{lineno}: value")
+            check_range(value, value_range, f"{path}:{lineno}: value")
             if key not in keys:
                 raise InvalidCsv(f"{path}:{lineno}: key {key!r} is not a key of the collection")
             if device != current:
