@@ -19,13 +19,16 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kvldp.common.mechanisms import create, get, names
-from kvldp.evaluation.calibration import QuantityCalibration, calibrate, reference_population
+from kvldp.evaluation.calibration import Calibration, QuantityCalibration, calibrate, reference_population
+from kvldp.experiments.calibration_report import CalibrationRow
+from kvldp.experiments.calibration_verdict import Verdict, verdict, verdict_table
 from kvldp.sim import datasets
 
 from support import run_kvldp
@@ -154,6 +157,30 @@ def test_calibration_command_prints_json_and_writes_its_table(tmp_path: Path) ->
         "--keys", "6", "--repeats", "3", "--out", str(out), timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert lines[0].split() == [
+        "mechanism",
+        "estimator",
+        "epsilon",
+        "f",
+        "coverage",
+        "f",
+        "ratio",
+        "m",
+        "coverage",
+        "m",
+        "ratio",
+        "verdict",
+    ]
+    assert [line.split()[:3] for line in lines[1:4]] == [
+        ["grr", e, "1"] for e in ("unbiased", "em", "normsub")
+    ]
+    assert re.fullmatch(
+        r"\d of 3 settings pass \(\d of them within Monte Carlo noise of the bands\), \d miss", lines[-1]
+    )
+    assert done.stderr.strip().splitlines() == [
+        f"wrote {out / name}" for name in ("results.csv", "coverage.png", "README.md")
+    ]
     with (out / "results.csv").open(newline="") as fh:
         assert [r["estimator"] for r in csv.DictReader(fh)] == ["unbiased", "em", "normsub"]
     report = (out / "README.md").read_text()
@@ -191,3 +218,35 @@ def test_calibration_command_refuses_bad_flags_in_one_line(args: list[str], mess
     assert done.returncode != 0
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def _row(mechanism: str, f: tuple[float, float], m: tuple[float, float, float] | None) -> CalibrationRow:
+    """A calibrated setting of 24 collections over 50 keys with these (coverage, ratio) for
+    frequencies and (coverage, ratio, answered share) for means."""
+    freq = QuantityCalibration(f[0], f[1], 1.0, 1.0, 24 * 50)
+    mean = None if m is None else QuantityCalibration(m[0], m[1], m[2], 1.0, 24 * 50)
+    return CalibrationRow(Calibration(mechanism, "unbiased", 1.0, 24, freq, mean), "gaussian", 100_000, 50)
+
+
+def test_a_verdict_tells_a_pass_from_noise_and_a_miss_and_gives_the_reason() -> None:
+    # tolerances at 24 collections x 50 keys: coverage 4 * sqrt(0.95 * 0.05 / 1200) = 0.0252
+    # (fewer pairs answered: more), ratio 4 * 1.25 / sqrt(2 * 24 * 50) = 0.1021
+    assert verdict(_row("kvue", (0.95, 1.0), (0.94, 0.9, 1.0))) == Verdict("pass", "")
+    near = verdict(_row("kvue", (0.95, 1.0), (0.94, 1.156, 1.0)))
+    assert near.kind == "noise" and "mean ratio 1.156 is 0.006 above [0.85, 1.15]" in near.detail
+    assert "(Monte Carlo tolerance 0.102)" in near.detail
+    far = verdict(_row("kvue", (0.95, 1.0), (0.94, 1.30, 1.0)))
+    assert far.kind == "miss" and far.detail.endswith("(not a known limitation)")
+    assert "mean ratio 1.300 is 0.150 above" in far.detail
+    few = verdict(_row("pckv_grr", (0.95, 1.0), (0.77, 1.0, 0.05)))
+    assert few.kind == "miss" and "only 5% of the keys' means are estimable" in few.detail
+    # 60 pairs answered: the coverage tolerance is 4 * sqrt(0.95 * 0.05 / 60) = 0.113
+    assert verdict(_row("kvue", (0.95, 1.0), (0.86, 1.0, 0.05))).kind == "noise"
+    shared = verdict(_row("ioh", (0.90, 0.95), None))
+    assert shared.kind == "miss" and "the keys err together" in shared.detail
+    table = verdict_table([_row("kvue", (0.95, 1.0), None), _row("ioh", (0.90, 0.95), None)])
+    assert (
+        table.splitlines()[-1]
+        == "1 of 2 settings pass (0 of them within Monte Carlo noise of the bands), 1 miss"
+    )
+    assert "ioh unbiased epsilon 1: MISS: frequency coverage 0.900 is 0.030 below [0.93, 0.97]" in table

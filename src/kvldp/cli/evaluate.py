@@ -12,6 +12,7 @@ modes share the command because all answer "how accurate is it".
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from kvldp.cli.flags import DirectoryToWrite, Subparsers, emit, positive_float, positive_int
@@ -194,7 +195,8 @@ def _wrote(name: str, unit: str, count: int, paths: list[Path], as_json: bool) -
 def cmd_calibration(args: argparse.Namespace) -> int:
     from kvldp.common.mechanisms import get
     from kvldp.evaluation.calibration import EPSILONS, calibrate, reference_population
-    from kvldp.experiments.calibration_report import CalibrationRow, table, write
+    from kvldp.experiments.calibration_report import CalibrationRow, write
+    from kvldp.experiments.calibration_verdict import verdict, verdict_table
 
     share = args.instantaneous_share
     if share is not None and not share < 1.0:
@@ -235,6 +237,10 @@ def cmd_calibration(args: argparse.Namespace) -> int:
             for estimator in estimators:
                 result = calibrate(mech, estimator, population, repeats, args.seed, not args.json)
                 rows.append(CalibrationRow(result, dataset, population.n_users, keys))
+    if args.json:
+        emit([{**r.record(), **verdict(r).as_record()} for r in rows], True, "")
+    else:
+        print(verdict_table(rows))
     if args.out:
         command = "kvldp evaluate --calibration" + "".join(
             f" --{flag} {value}"
@@ -244,11 +250,6 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         if share is not None:
             command += f" --instantaneous-share {share:g}"
         paths = write(rows, Path(args.out), command)
-        emit(
-            {"calibration": len(rows), "files": [str(p) for p in paths]},
-            args.json,
-            "\n".join(f"wrote {p}" for p in paths),
-        )
-        return 0
-    emit([r.record() for r in rows], args.json, table(rows))
+        for path in paths:
+            print(f"wrote {path}", file=sys.stderr)
     return 0
