@@ -64,6 +64,8 @@ class Deviation:
 
 @dataclass(frozen=True)
 class Verdict:
+    """A setting's verdict, and what it rests on (empty for a plain pass)."""
+
     kind: Kind
     detail: str
 
