@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from kvldp.cli import main
-from kvldp.common.mechanisms import get, names
+from kvldp.common.mechanisms import create, get, names
 
 from support import run_kvldp
 from support.package import REPO
@@ -266,3 +266,12 @@ def test_a_reader_that_leaves_the_pipe_ends_the_command_quietly() -> None:
     finally:
         os.close(write_end)
     assert (done.returncode, done.stderr) == (128 + signal.SIGPIPE, "")
+
+
+def test_evaluate_help_names_every_estimator(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    offered = sorted({e for n in names() for e in create(n, 4, 1.0).estimator_names})
+    assert {"eb", "robust"} <= set(offered)
+    assert f"one of: unbiased, {', '.join(e for e in offered if e != 'unbiased')};" in text

@@ -116,3 +116,22 @@ def test_decoder_never_raises_on_garbage(data: bytes) -> None:
     wire = WireFormat(collection_for("kvue", 3))
     decoded = wire.decode([data])
     assert len(decoded.rejected) + decoded.message.size >= 1
+
+
+@pytest.mark.parametrize(
+    ("data", "detail"),
+    [
+        (b"\x01\x02", "bytes follow the end of the message's msgpack value"),
+        (b"\xc1", "not msgpack: a byte no msgpack value starts with"),
+        (b"\x93\x01\x02\x03", "not a message: an array (messages hold none)"),
+        (b"\xd4\x01\x01", "not a message: an extension type (messages hold none)"),
+        (b"\x82\xa3ver\x01", "the msgpack value is cut short"),
+        (b"\x81\x01\x02", "a map key that is not a string"),
+        (b"\x81\xa2\xff\xfe\x01", "a string that is not UTF-8"),
+    ],
+)
+def test_undecodable_bytes_are_named_in_kvldps_words(data: bytes, detail: str) -> None:
+    """The detail of an ``undecodable`` refusal (the DLQ header, the gateway's answer) says
+    what is wrong with the bytes, not which msgpack function failed."""
+    decoded = WireFormat(collection_for("grr")).decode([data])
+    assert decoded.rejected == [(0, "undecodable", detail)]

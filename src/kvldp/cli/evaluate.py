@@ -67,7 +67,8 @@ def register(sub: Subparsers) -> None:
     p.add_argument(
         "--estimator",
         action="append",
-        help="unbiased (default), em, em4 (privkv), normsub, paper (repeatable with --calibration)",
+        help=f"one of: {', '.join(_estimators())}; `kvldp mechanisms` lists each mechanism's "
+        "(default unbiased; repeatable with --calibration)",
     )
     p.add_argument("--dataset", help=f"one of: {datasets.describe()} (default gaussian)")
     p.add_argument("--users", type=positive_int, help="simulated users (default 100000; none with csv:)")
@@ -190,6 +191,12 @@ def _wrote(name: str, unit: str, count: int, paths: list[Path], as_json: bool) -
         "\n".join(f"wrote {p}" for p in paths),
     )
     return 0
+
+
+def _estimators() -> list[str]:
+    """Every estimator some mechanism offers, the default first."""
+    offered = {e for n in names() for e in create(n, 4, 1.0).estimator_names}
+    return ["unbiased", *sorted(offered - {"unbiased"})]
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:

@@ -86,6 +86,38 @@ class WireError(KvldpError):
         self.detail = detail
 
 
+#: what each of msgpack's size limits (:attr:`WireFormat._unpack_limits`) refuses
+_OVER_LIMIT = {
+    "max_array_len": "an array (messages hold none)",
+    "max_ext_len": "an extension type (messages hold none)",
+    "max_map_len": "a map with more entries than a message holds",
+    "max_str_len": "a string longer than 256 bytes",
+    "max_bin_len": "a binary longer than max_message_bytes",
+}
+
+
+def undecodable(exc: Exception) -> str:
+    """What is wrong with bytes msgpack could not decode, in kvldp's words (msgpack's own
+    messages name its internals)."""
+    text = str(exc)
+    if isinstance(exc, msgpack.ExtraData):
+        return "bytes follow the end of the message's msgpack value"
+    if isinstance(exc, msgpack.FormatError):
+        return "not msgpack: a byte no msgpack value starts with"
+    if isinstance(exc, msgpack.StackError):
+        return "msgpack values nested too deep"
+    if isinstance(exc, UnicodeDecodeError):
+        return "a string that is not UTF-8"
+    for limit, what in _OVER_LIMIT.items():
+        if limit in text:
+            return f"not a message: {what}"
+    if "incomplete input" in text:
+        return "the msgpack value is cut short"
+    if isinstance(exc, TypeError | ValueError) and "key" in text:
+        return "a map key that is not a string"
+    return "not valid msgpack"
+
+
 def column_dtype(f: Field) -> np.dtype[Any]:
     """Little-endian wire type of a field's batch column (the narrowest that fits)."""
     if f.kind == "bits":
@@ -477,7 +509,7 @@ class WireFormat:
                 try:
                     obj = unpack(data, raw=False, strict_map_key=True, **limits)
                 except Exception as exc:  # msgpack raises many unrelated types on garbage
-                    raise WireError("undecodable", f"{type(exc).__name__}: {exc}"[:200]) from None
+                    raise WireError("undecodable", undecodable(exc)) from None
                 if self._own_single(obj):
                     values = self._fields_of(obj)
                     if values is not None:
