@@ -135,3 +135,19 @@ def test_a_garbage_first_row_is_an_error_not_a_header(tmp_path: Path) -> None:
     path.write_text("1,a,oops\n2,b,3\n")
     with pytest.raises(InvalidCsv, match=":1: rating 'oops' is not a number"):
         read_ratings(path)
+
+
+def test_evaluate_and_calibrate_a_ratings_file_over_all_its_items_by_default(tmp_path: Path) -> None:
+    """Without --keys a ratings file's items are the keys (it rates 6, not the 50 or so of
+    a generated population); --keys above that names the most it can take."""
+    path = tmp_path / "r.csv"
+    random_ratings(path, users=400, items=6, share=0.5, seed=5)
+    base = ["evaluate", "--mechanism", "kvue", "--epsilon", "2", "--dataset", f"csv:{path}"]
+    done = run_kvldp(*base, "--json", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["keys"] == 6
+    done = run_kvldp(*base, "--calibration", "--estimator", "unbiased", "--repeats", "2", "--json", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert [row["keys"] for row in json.loads(done.stdout)] == [6]
+    done = run_kvldp(*base, "--keys", "8", timeout=60)
+    assert done.returncode == 2 and "rates 6 items, fewer than the 8 keys asked for (ask for 6 or fewer" in done.stderr

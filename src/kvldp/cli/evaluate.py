@@ -102,25 +102,26 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         return cmd_experiment(args)
     if args.quick or args.out:
         raise KvldpError("--quick and --out go with --experiment NAME")
-    missing = [flag for flag in ("mechanism", "epsilon", "keys") if getattr(args, flag) is None]
+    dataset = args.dataset or "gaussian"
+    from_file = dataset.startswith(datasets.CSV_PREFIX)
+    needed = ("mechanism", "epsilon") if from_file else ("mechanism", "epsilon", "keys")
+    missing = [flag for flag in needed if getattr(args, flag) is None]
     if missing:
         raise KvldpError(f"evaluate needs --{', --'.join(missing)} (or --experiment NAME, or --calibration)")
     repeated = [flag for flag in ("mechanism", "epsilon", "estimator") if len(getattr(args, flag) or []) > 1]
     if repeated:
         raise KvldpError(f"--{', --'.join(repeated)} may be repeated only with --calibration")
-    mech = create(args.mechanism[0], args.keys, args.epsilon[0], **parse_assignments(args.param))
+    users = args.users if args.users is not None or from_file else 100_000
+    try:  # a ratings file's items are the keys unless --keys takes its most rated
+        data = datasets.generate(dataset, users, args.keys, args.seed)
+    except ValueError as exc:
+        raise KvldpError(str(exc)) from None
+    mech = create(args.mechanism[0], data.users.d, args.epsilon[0], **parse_assignments(args.param))
     estimator = args.estimator[0] if args.estimator else "unbiased"
     if estimator not in mech.estimator_names:
         raise KvldpError(
             f"{mech.name} has no estimator {estimator!r} (available: {', '.join(mech.estimator_names)})"
         )
-    dataset = args.dataset or "gaussian"
-    from_file = dataset.startswith(datasets.CSV_PREFIX)
-    users = args.users if args.users is not None or from_file else 100_000
-    try:
-        data = datasets.generate(dataset, users, args.keys, args.seed)
-    except ValueError as exc:
-        raise KvldpError(str(exc)) from None
     names = [f"k{i}" for i in range(mech.d)]
     queries = [parse_query(text, names) for text in args.query or []]
     result = evaluate(mech, estimator, data, args.repeats or 1, args.seed, not args.json, queries)
@@ -216,7 +217,7 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         raise KvldpError("--calibration needs --repeats of at least 2 collections (a spread needs two)")
     params = parse_assignments(args.param)
     rows: list[CalibrationRow] = []
-    populations: dict[tuple[str, int | None, int], datasets.Dataset] = {}
+    populations: dict[tuple[str, int | None, int | None], datasets.Dataset] = {}
     for name in mechanisms:
         cls = get(name)
         probe = create(name, min(args.keys or 2, cls.max_keys or 2), 1.0, **params)
@@ -226,17 +227,19 @@ def cmd_calibration(args: argparse.Namespace) -> int:
             raise KvldpError(
                 f"{name} has no estimator {unknown[0]!r} (available: {', '.join(probe.estimator_names)})"
             )
-        dataset, keys = reference_population(name, cls.max_keys, cls.collects_values)
+        dataset, reference_keys = reference_population(name, cls.max_keys, cls.collects_values)
         dataset = args.dataset or dataset
-        keys = args.keys or keys
         from_file = dataset.startswith(datasets.CSV_PREFIX)
+        # a ratings file's items are the keys unless --keys takes its most rated
+        asked = args.keys or (None if from_file else reference_keys)
         users = args.users if args.users is not None or from_file else 100_000
-        if (dataset, users, keys) not in populations:
+        if (dataset, users, asked) not in populations:
             try:
-                populations[dataset, users, keys] = datasets.generate(dataset, users, keys, args.seed)
+                populations[dataset, users, asked] = datasets.generate(dataset, users, asked, args.seed)
             except ValueError as exc:
                 raise KvldpError(str(exc)) from None
-        population = populations[dataset, users, keys].users
+        population = populations[dataset, users, asked].users
+        keys = population.d
         for epsilon in epsilons:
             mech = create(name, keys, epsilon, **params)
             if share is not None:

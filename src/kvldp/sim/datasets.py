@@ -179,19 +179,25 @@ def describe() -> str:
     return f"{', '.join(names())}, or {CSV_PREFIX}PATH (a user,item,rating file)"
 
 
-def generate(name: str, n: int | None, d: int, seed: int = 0) -> Dataset:
+def generate(name: str, n: int | None, d: int | None, seed: int = 0) -> Dataset:
     """Build the population ``name`` with ``n`` users over ``d`` keys.
 
     ``csv:PATH`` reads a ratings file instead: its users (``n`` must be None) over its
-    ``d`` most-rated items.
+    ``d`` most-rated items (None: every item it rates).
     """
     if name.startswith(CSV_PREFIX):
         if n is not None:
             raise ValueError(f"{name} brings its own users; drop the user count")
         ratings = read_ratings(Path(name[len(CSV_PREFIX) :]))
-        if d > len(ratings.item_ids):
-            raise ValueError(f"{name} rates {len(ratings.item_ids)} items, fewer than the {d} keys asked for")
-        return Dataset(name=name, users=ratings.to_population(ratings.top_items(d)), seed=seed)
+        items = len(ratings.item_ids)
+        if d is not None and d > items:
+            raise ValueError(
+                f"{name} rates {items} items, fewer than the {d} keys asked for "
+                f"(ask for {items} or fewer, or leave the key count out to take them all)"
+            )
+        return Dataset(name=name, users=ratings.to_population(ratings.top_items(d or items)), seed=seed)
+    if d is None:
+        raise ValueError(f"dataset {name} needs a key count")
     if name not in GENERATORS:
         raise ValueError(f"unknown dataset {name!r} (known: {describe()})")
     if n is None:
