@@ -146,8 +146,13 @@ def test_evaluate_and_calibrate_a_ratings_file_over_all_its_items_by_default(tmp
     done = run_kvldp(*base, "--json", timeout=60)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["keys"] == 6
-    done = run_kvldp(*base, "--calibration", "--estimator", "unbiased", "--repeats", "2", "--json", timeout=60)
+    done = run_kvldp(
+        *base, "--calibration", "--estimator", "unbiased", "--repeats", "2", "--json", timeout=60
+    )
     assert done.returncode == 0, done.stderr
     assert [row["keys"] for row in json.loads(done.stdout)] == [6]
     done = run_kvldp(*base, "--keys", "8", timeout=60)
-    assert done.returncode == 2 and "rates 6 items, fewer than the 8 keys asked for (ask for 6 or fewer" in done.stderr
+    assert (
+        done.returncode == 2
+        and "rates 6 items, fewer than the 8 keys asked for (ask for 6 or fewer" in done.stderr
+    )
