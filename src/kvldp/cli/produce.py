@@ -504,7 +504,7 @@ def _produce_rounds(
             with Progress(users.n_users * mechanism.rounds, f"produce {collection.name}") as bar:
 
                 def said(report: RoundReport) -> None:
-                    print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
+                    print(f"\n{report}" if bar.enabled and bar.terminal else report, file=sys.stderr)
 
                 await until_stopped(stop, fleet.run(sdk, on_round=said, on_progress=bar.advance))
             return [sdk.privacy_spent(device) for device in ids]
@@ -604,7 +604,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
             with Progress(args.users * args.periods, f"produce {collection.name}") as bar:
 
                 def said(report: PeriodReport) -> None:  # below the bar, which goes on drawing
-                    print(f"\n{report}" if bar.enabled else report, file=sys.stderr)
+                    print(f"\n{report}" if bar.enabled and bar.terminal else report, file=sys.stderr)
 
                 work = sim.run(sdk, args.batch_size, rate=args.rate, on_progress=bar.advance, on_period=said)
                 await until_stopped(stop, work)
