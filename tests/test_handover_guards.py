@@ -128,13 +128,25 @@ class FollowerStandIn:
 
 @pytest.mark.asyncio
 async def test_a_late_snapshot_is_waited_for_and_a_missing_one_said() -> None:
-    collection = unique_collection("kvue", 3, partitions=1)
+    collection = unique_collection("kvue", 3, partitions=2)
     lines: list[str] = []
     agg, _ = worker(collection, lines)
-    tp = TopicPartition(collection.reports_topic, 0)
+    tp, other = (TopicPartition(collection.reports_topic, p) for p in (0, 1))
     entry = Entry((0, 50), b"snapshot", 0)
     late = FollowerStandIn(3, entry)
-    assert await agg._no_snapshot(late, tp, 50) is entry  # type: ignore[arg-type]
+    assert await agg._no_snapshots(late, {tp: 50}) == {tp: entry}  # type: ignore[arg-type]
     assert late.rounds == 0  # it waited until the state topic was read to its end
-    assert await agg._no_snapshot(FollowerStandIn(2, None), tp, 50) is None  # type: ignore[arg-type]
-    assert "holds no snapshot of it; folding it afresh" in lines[-1]
+    assert (
+        lines[-1]
+        == f"partitions 0 (offset 50 committed): waiting for their snapshots in {collection.state_topic}"
+    )
+    # two partitions, neither on the topic: one wait, one line for both
+    none = FollowerStandIn(2, None)
+    assert await agg._no_snapshots(none, {tp: 50, other: 7}) == {tp: None, other: None}  # type: ignore[arg-type]
+    assert none.rounds == 0
+    assert lines[-2:] == [
+        f"partitions 0 (offset 50 committed), 1 (offset 7 committed): waiting for their snapshots in "
+        f"{collection.state_topic}",
+        f"partitions 0, 1: {collection.state_topic} holds no snapshot of them; folding them afresh from "
+        "their first offsets",
+    ]

@@ -55,7 +55,12 @@ Metric names and labels are a contract:
   ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``;
 * the service's view of its Kafka cluster, registered here by the aggregator and the
   exporter (:mod:`kvldp.kafka.reachability`): ``kvldp_kafka_reachable`` (1 or 0),
-  ``kvldp_kafka_outages_total``, ``kvldp_kafka_last_contact_timestamp_seconds``.
+  ``kvldp_kafka_outages_total``, ``kvldp_kafka_last_contact_timestamp_seconds``;
+* scale-out (registered by the worker and the exporter roles,
+  :mod:`kvldp.aggregator.snapshot_wait`): ``kvldp_partitions_awaiting_snapshot{collection}``,
+  the input partitions the process holds no state of yet: a worker's assigned partitions
+  whose snapshots it is waiting for or loading, an exporter's partitions of which no
+  worker has published a snapshot.
 
 Estimates come from a custom collector reading one immutable :class:`Snapshot` that
 the refit task swaps by reference (no stale label sets, no torn reads). Undefined

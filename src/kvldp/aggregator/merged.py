@@ -21,6 +21,7 @@ from collections.abc import Callable
 from kvldp.aggregator.console import stderr_line
 from kvldp.aggregator.exporter import Exporter
 from kvldp.aggregator.serving import ServingRole, cancel, every
+from kvldp.aggregator.snapshot_wait import SnapshotWait
 from kvldp.aggregator.state import CheckpointMismatch
 from kvldp.aggregator.statetopic import StateFollower, decode
 from kvldp.aggregator.topics import ensure_topics
@@ -57,6 +58,13 @@ class MergedExporter(ServingRole):
             self.exporter.registry,
         )
         self.follower = StateFollower(collection, self.kafka, self.reachability.failed, pieces=False)
+        self.snapshot_wait = SnapshotWait(
+            collection.name,
+            collection.state_topic,
+            self.exporter.registry,
+            log,
+            f"every partition has a snapshot in {collection.state_topic}",
+        )
         self._refused: set[tuple[int, tuple[int, int]]] = set()
 
     async def run(self, stop: asyncio.Event, ready: Callable[[MergedExporter], None] | None = None) -> None:
@@ -102,6 +110,11 @@ class MergedExporter(ServingRole):
                     self.log(
                         f"ignoring the snapshot of partition {p} in {self.collection.state_topic}: {exc}"
                     )
+        self.snapshot_wait.update(
+            set(range(self.collection.aggregate.partitions)) - set(self.follower.snapshots),
+            "the estimates here leave them out until a worker publishes them (a partition that "
+            "never had a report has none)",
+        )
         if self.follower.snapshots:
             newest = max(e.timestamp_ms for e in self.follower.snapshots.values())
             self.exporter.collector.last_checkpoint = newest / 1000

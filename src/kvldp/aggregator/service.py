@@ -57,6 +57,7 @@ from kvldp.aggregator.ingest import plan, record_digest
 from kvldp.aggregator.ledgerkey import ledger_key
 from kvldp.aggregator.position import Kind, judge
 from kvldp.aggregator.serving import ServingRole, cancel, every
+from kvldp.aggregator.snapshot_wait import SnapshotWait
 from kvldp.aggregator.state import CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import Entry, StateFollower, StateTopic, decode
 from kvldp.aggregator.topics import ensure_topics
@@ -108,6 +109,17 @@ class Aggregator(ServingRole):
         self.exporter = Exporter(collection, lambda: self.state, self.lag, clock)
         service, meanwhile = _AWAY[role]
         self.reachability = Reachability(self.kafka, service, meanwhile, log, self.exporter.registry)
+        self.snapshot_wait = (
+            SnapshotWait(
+                collection.name,
+                collection.state_topic,
+                self.exporter.registry,
+                log,
+                "every assigned partition is loaded",
+            )
+            if role == "worker"
+            else None
+        )
         #: the event loop's time by which Kafka work must end, once the service is stopping
         self._kafka_deadline: float | None = None
         self.snapshots: StateTopic | None = None
@@ -501,6 +513,7 @@ class Aggregator(ServingRole):
             await asyncio.gather(self._loader, return_exceptions=True)
             self._loader = None
         self._loading -= mine
+        self._loading_changed()
         self._dirty |= mine & set(self.state.partitions)
         await self.checkpoint(mine)
         if self.role == "worker":
@@ -523,6 +536,7 @@ class Aggregator(ServingRole):
         for tp in assigned:  # a position, so that the fetcher does not ask for one meanwhile
             consumer.seek(tp, 0)
         self._loading |= {tp.partition for tp in assigned}
+        self._loading_changed()
         self._loader = asyncio.create_task(
             self._take_over(consumer, self.follower, assigned), name="take over"
         )
@@ -549,24 +563,37 @@ class Aggregator(ServingRole):
                 self._loading.discard(tp.partition)
                 self._start_at_state(consumer, tp)
                 consumer.resume(tp)
+        self._loading_changed()
 
-    async def _no_snapshot(self, follower: StateFollower, tp: TopicPartition, committed: int) -> Entry | None:
-        """The snapshot of a partition whose group committed ``committed`` but whose
-        snapshot was not read in time: waited for until the state topic is read to its end
-        (a partition never starts afresh while a snapshot of it may still be on its way);
-        None, said once, when the topic holds none (it was deleted or never written)."""
-        self.log(
-            f"partition {tp.partition}: waiting for its snapshot in {self.collection.state_topic} "
-            f"(offset {committed} is committed)"
+    def _loading_changed(self) -> None:
+        if self.snapshot_wait is not None:
+            self.snapshot_wait.update(self._loading, "they are paused until their snapshots are loaded")
+
+    async def _no_snapshots(
+        self, follower: StateFollower, missing: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, Entry | None]:
+        """The snapshots of partitions whose group committed offsets (``missing``: the
+        offset of each) but whose snapshots were not read in time: waited for until the
+        state topic is read to its end (a partition never starts afresh while a snapshot
+        of it may still be on its way), all together; None, said once for all of them,
+        for a partition of which the topic holds none (deleted, or never written: a
+        ``--role all`` aggregator committed the offsets)."""
+        topic = self.collection.state_topic
+        listed = ", ".join(
+            f"{tp.partition} (offset {offset} committed)" for tp, offset in sorted(missing.items())
         )
-        while (entry := follower.snapshots.get(tp.partition)) is None:
-            if await follower.caught_up(timeout=SNAPSHOT_WAIT_S) and tp.partition not in follower.snapshots:
-                self.log(
-                    f"partition {tp.partition}: {self.collection.state_topic} holds no snapshot of it; "
-                    "folding it afresh from its first offset"
-                )
-                return None
-        return entry
+        self.log(f"partitions {listed}: waiting for their snapshots in {topic}")
+        while True:
+            caught_up = await follower.caught_up(timeout=SNAPSHOT_WAIT_S)
+            found = {tp: follower.snapshots.get(tp.partition) for tp in missing}
+            absent = sorted(tp.partition for tp, entry in found.items() if entry is None)
+            if not absent or caught_up:
+                if absent:
+                    self.log(
+                        f"partitions {', '.join(map(str, absent))}: {topic} holds no snapshot of them; "
+                        "folding them afresh from their first offsets"
+                    )
+                return found
 
     async def _load_snapshots(
         self, consumer: AIOKafkaConsumer, follower: StateFollower, assigned: list[TopicPartition]
@@ -588,12 +615,14 @@ class Aggregator(ServingRole):
                 for tp, committed in zip(assigned, offsets, strict=True)
             )
         )
+        missing = {
+            tp: committed
+            for tp, committed, found in zip(assigned, offsets, entries, strict=True)
+            if found is None and committed > 0
+        }
+        late = await self._no_snapshots(follower, missing) if missing else {}
         for tp, committed, found in zip(assigned, offsets, entries, strict=True):
-            entry = (
-                found
-                if found is not None or committed <= 0
-                else await self._no_snapshot(follower, tp, committed)
-            )
+            entry = found if found is not None else late.get(tp)
             if entry is None:
                 continue
             if entry.rank[1] < committed:
