@@ -210,8 +210,25 @@ class SnapshotCollector(PromCollector):
         yield means
 
     def collect(self) -> Iterator[Metric]:
-        name = self.collection.name
         state = self.state()
+        yield from self._intake_metrics(state)
+        yield from self._device_metrics(state)
+        if self.last_checkpoint is not None:
+            last = GaugeMetricFamily(
+                "kvldp_last_checkpoint_timestamp_seconds",
+                "Unix time of the last completed checkpoint.",
+                labels=["collection"],
+            )
+            last.add_metric([self.collection.name], self.last_checkpoint)
+            yield last
+        snap = self.snapshot
+        if snap is not None:
+            yield from _snapshot_metrics(self.collection, snap)
+
+    def _intake_metrics(self, state: AggregatorState) -> Iterator[Metric]:
+        """What the reports topic brought: reports folded, duplicates, resets, offsets
+        lost, messages rejected by reason, and the consumer's lag."""
+        name = self.collection.name
         yield self._counter(
             "kvldp_reports", "Reports folded into the statistics.", float(state.reports_total)
         )
@@ -249,6 +266,11 @@ class SnapshotCollector(PromCollector):
         for partition, behind in sorted((self.lag() if self.lag is not None else state.lag()).items()):
             lag.add_metric([name, str(partition)], float(behind))
         yield lag
+
+    def _device_metrics(self, state: AggregatorState) -> Iterator[Metric]:
+        """What the devices may spend and did: the budget per window, the devices flagged
+        implausible, the epsilon each spent, and an interactive collection's rounds."""
+        name = self.collection.name
         limit = self.collection.aggregate.max_reports_per_device
         if limit:
             budget = GaugeMetricFamily(
@@ -269,152 +291,171 @@ class SnapshotCollector(PromCollector):
             yield self._spent_histogram(state)
         if state.rounds is not None:
             yield from self._round_metrics(state)
-        if self.last_checkpoint is not None:
-            last = GaugeMetricFamily(
-                "kvldp_last_checkpoint_timestamp_seconds",
-                "Unix time of the last completed checkpoint.",
-                labels=["collection"],
-            )
-            last.add_metric([name], self.last_checkpoint)
-            yield last
-        snap = self.snapshot
-        if snap is None:
-            return
-        families = {
-            key: GaugeMetricFamily(f"kvldp_{key}", doc, labels=LABELS)
-            for key, doc in (
-                ("frequency", "Estimated fraction of devices holding the key."),
-                ("frequency_stderr", "Standard error of kvldp_frequency."),
-                ("mean", "Estimated mean value of the key among its holders (collection units)."),
-                ("mean_stderr", "Standard error of kvldp_mean."),
-                ("frequency_low", "Lower end of the 95% interval of kvldp_frequency" + INTERVAL_HELP),
-                ("frequency_high", "Upper end of the 95% interval of kvldp_frequency" + INTERVAL_HELP),
-                ("mean_low", "Lower end of the 95% interval of kvldp_mean" + INTERVAL_HELP),
-                ("mean_high", "Upper end of the 95% interval of kvldp_mean" + INTERVAL_HELP),
-            )
-        }
-        not_estimable = GaugeMetricFamily(
-            "kvldp_means_not_estimable",
-            "Keys with reports whose mean is not estimable: their holders cannot be told from "
-            "nobody at 95% (no kvldp_mean series for them).",
-            labels=["collection", "estimator", "window"],
+
+
+def _snapshot_metrics(c: Collection, snap: Snapshot) -> Iterator[Metric]:
+    """The families of one refit's snapshot, in their export order."""
+    yield from _estimate_families(c, snap)
+    yield from _conditional_families(c, snap).values()
+    iterations = GaugeMetricFamily(
+        "kvldp_em_iterations", "EM iterations of the last refit.", labels=["collection", "window"]
+    )
+    for window in snap.fits:
+        its = snap.em_iterations(window)
+        if its is not None:
+            iterations.add_metric([c.name, window], float(its))
+    yield iterations
+    if any(fit.poisoning is not None for fit in snap.fits.values()):
+        yield from _poisoning_families(c, snap)
+    if isinstance(c.mechanism, PCKV):
+        yield from _padded_families(c, snap).values()
+    last = GaugeMetricFamily(
+        "kvldp_last_refit_timestamp_seconds", "Unix time of the last refit.", labels=["collection"]
+    )
+    last.add_metric([c.name], snap.created)
+    yield last
+
+
+def _estimate_families(c: Collection, snap: Snapshot) -> Iterator[Metric]:
+    """Every key's frequency and mean per estimator and window, with their standard errors
+    and 95% intervals, and the count of keys whose mean is not estimable."""
+    families = {
+        key: GaugeMetricFamily(f"kvldp_{key}", doc, labels=LABELS)
+        for key, doc in (
+            ("frequency", "Estimated fraction of devices holding the key."),
+            ("frequency_stderr", "Standard error of kvldp_frequency."),
+            ("mean", "Estimated mean value of the key among its holders (collection units)."),
+            ("mean_stderr", "Standard error of kvldp_mean."),
+            ("frequency_low", "Lower end of the 95% interval of kvldp_frequency" + INTERVAL_HELP),
+            ("frequency_high", "Upper end of the 95% interval of kvldp_frequency" + INTERVAL_HELP),
+            ("mean_low", "Lower end of the 95% interval of kvldp_mean" + INTERVAL_HELP),
+            ("mean_high", "Upper end of the 95% interval of kvldp_mean" + INTERVAL_HELP),
         )
-        conditional = {
-            key: GaugeMetricFamily(f"kvldp_conditional_{key}", doc, labels=CONDITIONAL_LABELS)
-            for key, doc in (
-                ("frequency", "Estimated fraction of the devices meeting the condition that hold the key."),
-                ("frequency_stderr", "Standard error of kvldp_conditional_frequency."),
-                (
-                    "mean",
-                    "Estimated mean of the key among the devices meeting the condition (collection units).",
-                ),
-                ("mean_stderr", "Standard error of kvldp_conditional_mean."),
-                ("frequency_low", "Lower end of the 95% interval of kvldp_conditional_frequency."),
-                ("frequency_high", "Upper end of the 95% interval of kvldp_conditional_frequency."),
-                ("mean_low", "Lower end of the 95% interval of kvldp_conditional_mean (collection units)."),
-                ("mean_high", "Upper end of the 95% interval of kvldp_conditional_mean (collection units)."),
-            )
-        }
-        iterations = GaugeMetricFamily(
-            "kvldp_em_iterations", "EM iterations of the last refit.", labels=["collection", "window"]
+    }
+    not_estimable = GaugeMetricFamily(
+        "kvldp_means_not_estimable",
+        "Keys with reports whose mean is not estimable: their holders cannot be told from "
+        "nobody at 95% (no kvldp_mean series for them).",
+        labels=["collection", "estimator", "window"],
+    )
+    for window, fit in snap.fits.items():
+        for est, e in fit.estimates.items():
+            f_lo, f_hi = e.frequency_interval
+            m_lo, m_hi = e.mean_interval
+            columns = {
+                "frequency": e.frequency,
+                "frequency_stderr": e.frequency_stderr,
+                "mean": c.raw_mean(e.mean),
+                "mean_stderr": c.raw_scale(e.mean_stderr),
+                "frequency_low": f_lo,
+                "frequency_high": f_hi,
+                "mean_low": c.raw_mean(m_lo),
+                "mean_high": c.raw_mean(m_hi),
+            }
+            if c.mechanism.collects_values:
+                count = e.diagnostics.get("not_estimable_means", 0)
+                not_estimable.add_metric([c.name, est, window], float(count))
+            for key, values in columns.items():
+                for k, v in zip(c.keys, values, strict=True):
+                    if np.isfinite(v):
+                        families[key].add_metric([c.name, k, est, window], float(v))
+    yield from families.values()
+    yield not_estimable
+
+
+def _conditional_families(c: Collection, snap: Snapshot) -> dict[str, GaugeMetricFamily]:
+    """f(key | condition) and m(key | condition) per estimator and window, with their
+    standard errors and 95% intervals."""
+    conditional = {
+        key: GaugeMetricFamily(f"kvldp_conditional_{key}", doc, labels=CONDITIONAL_LABELS)
+        for key, doc in (
+            ("frequency", "Estimated fraction of the devices meeting the condition that hold the key."),
+            ("frequency_stderr", "Standard error of kvldp_conditional_frequency."),
+            (
+                "mean",
+                "Estimated mean of the key among the devices meeting the condition (collection units).",
+            ),
+            ("mean_stderr", "Standard error of kvldp_conditional_mean."),
+            ("frequency_low", "Lower end of the 95% interval of kvldp_conditional_frequency."),
+            ("frequency_high", "Upper end of the 95% interval of kvldp_conditional_frequency."),
+            ("mean_low", "Lower end of the 95% interval of kvldp_conditional_mean (collection units)."),
+            ("mean_high", "Upper end of the 95% interval of kvldp_conditional_mean (collection units)."),
         )
-        padded = {
-            key: GaugeMetricFamily(f"kvldp_pckv_{key}", doc, labels=["collection", "window"])
-            for key, doc in (
-                ("padded_share", "Estimated share of reports whose device sampled a padding (dummy) slot."),
-                ("padded_share_stderr", "Standard error of kvldp_pckv_padded_share."),
-                (
-                    "unpadded_share_upper",
-                    "95% upper bound on the share of devices holding ell pairs or more "
-                    "(1: padding not detected; PCKV under-counts devices holding more than ell).",
-                ),
-            )
-        }
-        poisoning = GaugeMetricFamily(
-            "kvldp_poisoning_score",
-            "Poisoning score of the key (docs/detection.md): -log10 of the Bonferroni-corrected "
-            "p-value of its most violated consistency test; a genuine population reaches s on "
-            "any key of the window in at most 10^-s of refits.",
-            labels=LABELS,
-        )
-        population = GaugeMetricFamily(
-            "kvldp_poisoning_population_score",
-            "Poisoning score of the population-level tests (docs/detection.md), same scale as "
-            "kvldp_poisoning_score.",
-            labels=["collection", "estimator", "window"],
-        )
-        c = self.collection
-        for window, fit in snap.fits.items():
-            report = fit.poisoning
-            if report is not None:
-                for k, value in zip(c.keys, report.key_score, strict=True):
-                    if np.isfinite(value):
-                        poisoning.add_metric([name, k, POISONING_BASIS, window], float(value))
-                if report.population_test:
-                    population.add_metric([name, POISONING_BASIS, window], report.population_score)
-            for est, e in fit.estimates.items():
-                f_lo, f_hi = e.frequency_interval
-                m_lo, m_hi = e.mean_interval
-                columns = {
-                    "frequency": e.frequency,
-                    "frequency_stderr": e.frequency_stderr,
-                    "mean": c.raw_mean(e.mean),
-                    "mean_stderr": c.raw_scale(e.mean_stderr),
-                    "frequency_low": f_lo,
-                    "frequency_high": f_hi,
-                    "mean_low": c.raw_mean(m_lo),
-                    "mean_high": c.raw_mean(m_hi),
-                }
-                if c.mechanism.collects_values:
-                    count = e.diagnostics.get("not_estimable_means", 0)
-                    not_estimable.add_metric([name, est, window], float(count))
-                for key, values in columns.items():
-                    for k, v in zip(c.keys, values, strict=True):
-                        if np.isfinite(v):
-                            families[key].add_metric([name, k, est, window], float(v))
-            for est, answers in fit.conditionals.items():
-                for a in answers:
-                    labels = [name, c.keys[a.query.target], condition_label(a.query, c.keys), est, window]
-                    mean = c.raw_mean(np.array([a.mean]))[0]
-                    mean_se = c.raw_scale(np.array([a.mean_stderr]))[0]
-                    mean_lo, mean_hi = c.raw_mean(np.array(a.mean_interval))
-                    for key, value in (
-                        ("frequency", a.frequency),
-                        ("frequency_stderr", a.frequency_stderr),
-                        ("mean", mean),
-                        ("mean_stderr", mean_se),
-                        ("frequency_low", a.frequency_interval[0]),
-                        ("frequency_high", a.frequency_interval[1]),
-                        ("mean_low", mean_lo),
-                        ("mean_high", mean_hi),
-                    ):
-                        if np.isfinite(value):
-                            conditional[key].add_metric(labels, float(value))
-            its = snap.em_iterations(window)
-            if its is not None:
-                iterations.add_metric([name, window], float(its))
-            share = fit.padded
-            if share is not None and np.isfinite(share.estimate):
+    }
+    for window, fit in snap.fits.items():
+        for est, answers in fit.conditionals.items():
+            for a in answers:
+                labels = [c.name, c.keys[a.query.target], condition_label(a.query, c.keys), est, window]
+                mean = c.raw_mean(np.array([a.mean]))[0]
+                mean_se = c.raw_scale(np.array([a.mean_stderr]))[0]
+                mean_lo, mean_hi = c.raw_mean(np.array(a.mean_interval))
                 for key, value in (
-                    ("padded_share", share.estimate),
-                    ("padded_share_stderr", share.stderr),
-                    ("unpadded_share_upper", share.unpadded_upper),
+                    ("frequency", a.frequency),
+                    ("frequency_stderr", a.frequency_stderr),
+                    ("mean", mean),
+                    ("mean_stderr", mean_se),
+                    ("frequency_low", a.frequency_interval[0]),
+                    ("frequency_high", a.frequency_interval[1]),
+                    ("mean_low", mean_lo),
+                    ("mean_high", mean_hi),
                 ):
-                    padded[key].add_metric([name, window], value)
-        yield from families.values()
-        yield not_estimable
-        yield from conditional.values()
-        yield iterations
-        if any(fit.poisoning is not None for fit in snap.fits.values()):
-            yield poisoning
-            yield population
-        if isinstance(c.mechanism, PCKV):
-            yield from padded.values()
-        last = GaugeMetricFamily(
-            "kvldp_last_refit_timestamp_seconds", "Unix time of the last refit.", labels=["collection"]
+                    if np.isfinite(value):
+                        conditional[key].add_metric(labels, float(value))
+    return conditional
+
+
+def _poisoning_families(c: Collection, snap: Snapshot) -> Iterator[Metric]:
+    """The poisoning scores of every key and of the population-level tests, per window."""
+    poisoning = GaugeMetricFamily(
+        "kvldp_poisoning_score",
+        "Poisoning score of the key (docs/detection.md): -log10 of the Bonferroni-corrected "
+        "p-value of its most violated consistency test; a genuine population reaches s on "
+        "any key of the window in at most 10^-s of refits.",
+        labels=LABELS,
+    )
+    population = GaugeMetricFamily(
+        "kvldp_poisoning_population_score",
+        "Poisoning score of the population-level tests (docs/detection.md), same scale as "
+        "kvldp_poisoning_score.",
+        labels=["collection", "estimator", "window"],
+    )
+    for window, fit in snap.fits.items():
+        report = fit.poisoning
+        if report is not None:
+            for k, value in zip(c.keys, report.key_score, strict=True):
+                if np.isfinite(value):
+                    poisoning.add_metric([c.name, k, POISONING_BASIS, window], float(value))
+            if report.population_test:
+                population.add_metric([c.name, POISONING_BASIS, window], report.population_score)
+    yield poisoning
+    yield population
+
+
+def _padded_families(c: Collection, snap: Snapshot) -> dict[str, GaugeMetricFamily]:
+    """PCKV's padded share per window, its standard error and the upper bound on the
+    share of devices holding ``ell`` pairs or more."""
+    padded = {
+        key: GaugeMetricFamily(f"kvldp_pckv_{key}", doc, labels=["collection", "window"])
+        for key, doc in (
+            ("padded_share", "Estimated share of reports whose device sampled a padding (dummy) slot."),
+            ("padded_share_stderr", "Standard error of kvldp_pckv_padded_share."),
+            (
+                "unpadded_share_upper",
+                "95% upper bound on the share of devices holding ell pairs or more "
+                "(1: padding not detected; PCKV under-counts devices holding more than ell).",
+            ),
         )
-        last.add_metric([name], snap.created)
-        yield last
+    }
+    for window, fit in snap.fits.items():
+        share = fit.padded
+        if share is not None and np.isfinite(share.estimate):
+            for key, value in (
+                ("padded_share", share.estimate),
+                ("padded_share_stderr", share.stderr),
+                ("unpadded_share_upper", share.unpadded_upper),
+            ):
+                padded[key].add_metric([c.name, window], value)
+    return padded
 
 
 class Exporter:

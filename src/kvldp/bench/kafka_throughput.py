@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import numpy as np
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kvldp.aggregator.consumer import FETCH_BYTES, MAX_RECORDS
 from kvldp.aggregator.service import Aggregator
@@ -41,8 +41,11 @@ from kvldp.common.kvdata import KVData
 from kvldp.common.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
-from kvldp.producer.collector import MAX_IN_FLIGHT, Collector
+from kvldp.producer.collector import Collector
+from kvldp.producer.gateway_client import REQUEST_TIMEOUT_S
 from kvldp.producer.pairs import device_key
+from kvldp.producer.publisher import MAX_IN_FLIGHT
+from kvldp.producer.transport import kafka_producer
 from kvldp.sim import simulate
 
 #: the collection every Kafka benchmark uses (documented in docs/performance.md)
@@ -238,17 +241,6 @@ def bench_ingest(
 INGEST_COLUMNS = ["case", "messages", "bare_messages_per_s", "kvldp_reports_per_s", "ratio", "target", "met"]
 
 
-def _producer(collection: Collection, kafka: KafkaConfig) -> AIOKafkaProducer:
-    """The producer settings of :class:`~kvldp.producer.collector.Collector`, for the baseline."""
-    return AIOKafkaProducer(
-        **kafka.client_options("kvldp-bench-bare"),
-        acks="all",
-        linger_ms=5,
-        max_request_size=max(collection.aggregate.max_message_bytes * 2, 1 << 20),
-        enable_idempotence=False,
-    )
-
-
 async def publish_kvldp(
     collection: Collection, kafka: KafkaConfig, users: KVData, ids: list[str], seed: int
 ) -> float:
@@ -264,7 +256,8 @@ async def publish_bare(
     collection: Collection, kafka: KafkaConfig, values: list[bytes], keys: list[bytes]
 ) -> float:
     """Messages per second of a bare producer sending pre-encoded bytes, same window."""
-    producer = _producer(collection, kafka)
+    # the producer of :class:`~kvldp.producer.collector.Collector`, with its default settings
+    producer = kafka_producer(collection, kafka, "kvldp-bench-bare", "all", REQUEST_TIMEOUT_S)
     await start_or_close(producer, kafka)
     try:
         now = int(time.time() * 1000)

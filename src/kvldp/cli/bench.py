@@ -35,6 +35,17 @@ from kvldp.reliability import NAMES as SCENARIO_NAMES
 def register(sub: Subparsers) -> None:
     p = sub.add_parser("bench", help="benchmarks (measurements, not tests)")
     bsub = p.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    _register_mechanism_costs(bsub)
+    _register_kafka(bsub)
+    _register_gateway(bsub)
+    _register_fleet(bsub)
+    _register_rounds(bsub)
+    _register_peers(bsub)
+    _register_reliability(bsub)
+
+
+def _register_mechanism_costs(bsub: Subparsers) -> None:
+    """``fold`` and ``estimate``: the mechanisms timed in process."""
     b = bsub.add_parser("fold", help="reports folded per second, per mechanism")
     b.add_argument("--reports", type=positive_int, default=1_000_000)
     b.add_argument("--keys", type=positive_int, default=100)
@@ -58,6 +69,9 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench)
 
+
+def _register_kafka(bsub: Subparsers) -> None:
+    """``ingest``, ``produce`` and ``memory``: kvldp on Kafka against a bare client."""
     b = bsub.add_parser("ingest", help="aggregator fold rate vs a bare aiokafka drain of the same topic")
     b.add_argument("--messages", type=positive_int, default=500_000, help="single-report messages")
     b.add_argument(
@@ -83,6 +97,10 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_kafka)
+
+
+def _register_gateway(bsub: Subparsers) -> None:
+    """``gateway``: kvldp gateway against a bare aiohttp endpoint."""
     b = bsub.add_parser(
         "gateway", help="reports/s through kvldp gateway vs a bare aiohttp endpoint; memory; hostile clients"
     )
@@ -93,6 +111,10 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_gateway)
+
+
+def _register_fleet(bsub: Subparsers) -> None:
+    """``fleet``: one partition's per-device state grown to millions of devices."""
     b = bsub.add_parser(
         "fleet", help="fetch fold time, bytes per device, checkpoint and restore as a partition's fleet grows"
     )
@@ -111,6 +133,10 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_fleet)
+
+
+def _register_rounds(bsub: Subparsers) -> None:
+    """``rounds``: PrivKVM's rounds streamed live against the in-process reference."""
     b = bsub.add_parser(
         "rounds", help="PrivKVM rounds streamed live: MSE against the in-process reference, time per round"
     )
@@ -123,6 +149,10 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_rounds)
+
+
+def _register_peers(bsub: Subparsers) -> None:
+    """``peers``: the frequency oracles against other LDP libraries."""
     b = bsub.add_parser(
         "peers", help="grr/oue/olh aggregation time and MSE vs pure-ldp and multi-freq-ldpy (make bench-deps)"
     )
@@ -135,6 +165,9 @@ def register(sub: Subparsers) -> None:
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_peers)
 
+
+def _register_reliability(bsub: Subparsers) -> None:
+    """``reliability``: the failure scenarios against their oracles."""
     b = bsub.add_parser(
         "reliability",
         help="crash, rebalance, resend, hostile-input and broker-restart scenarios against their oracles",

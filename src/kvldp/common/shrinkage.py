@@ -235,28 +235,8 @@ def shrink(
     fit = np.ones(xs.shape, dtype=bool) if fit_below is None else vs <= fit_below
     identified = np.sum(fit & np.isfinite(xs) & np.isfinite(vs), axis=1) >= MIN_FIT_KEYS
     fit_x = np.where(identified[:, None] & ~fit, np.nan, xs)
-    line = np.zeros(xs.shape[0], dtype=bool)
-    z = np.zeros_like(xs)
-    if covariate is not None:
-        z = _rows(covariate, x)
-        prior = fit_regression_prior(fit_x, vs, z)
-        line = prior.coef[:, 1] ** 2 > SLOPE_T2 * prior.coef_cov[:, 1, 1]
-        coef, tau2, coef_cov = prior.coef, prior.tau2, prior.coef_cov
-        # no line the keys can tell from a flat centre: one centre, as without z
-        flat = np.flatnonzero(~line)
-        if flat.size:
-            plain = fit_regression_prior(fit_x[flat], vs[flat])
-            coef[flat], tau2[flat], coef_cov[flat] = plain.coef, plain.tau2, plain.coef_cov
-        # keys without a covariate sit at the fitted keys' mean covariate
-        used = np.isfinite(z) & np.isfinite(fit_x) & np.isfinite(vs)
-        n_used = used.sum(axis=1)
-        z_mean = np.divide(
-            np.where(used, z, 0.0).sum(axis=1), n_used, out=np.zeros(n_used.shape), where=n_used > 0
-        )
-        z = np.where(line[:, None], np.where(np.isfinite(z), z, z_mean[:, None]), 0.0)
-    else:
-        prior = fit_regression_prior(fit_x, vs)
-        coef, tau2, coef_cov = prior.coef, prior.tau2, prior.coef_cov
+    prior, line, z = _shrinkage_prior(fit_x, vs, None if covariate is None else _rows(covariate, x))
+    coef, tau2, coef_cov = prior.coef, prior.tau2, prior.coef_cov
     design = np.stack([np.ones_like(z), z], axis=-1)
     mu = np.clip(np.einsum("rki,ri->rk", design, coef), lo, hi)
     var_mu = np.einsum("rki,rij,rkj->rk", design, coef_cov, design)
@@ -299,6 +279,31 @@ def shrink(
         tau2.reshape(shape),
         np.where(line, coef[:, 1], 0.0).reshape(shape),
     )
+
+
+def _shrinkage_prior(
+    fit_x: FloatArray, vs: FloatArray, z: FloatArray | None
+) -> tuple[Prior, BoolArray, FloatArray]:
+    """The prior of each row (R, d) of :func:`shrink`, fitted on the keys of ``fit_x`` that
+    are not NaN: with covariates ``z`` (R, d), a line in them where the keys identify its
+    slope (``SLOPE_T2``), else one centre. Returns the prior, which rows use the line, and
+    the covariate the centre of every key takes (0 in a row without the line; a key without
+    a covariate sits at the fitted keys' mean covariate)."""
+    if z is None:
+        return fit_regression_prior(fit_x, vs), np.zeros(fit_x.shape[0], dtype=bool), np.zeros_like(fit_x)
+    prior = fit_regression_prior(fit_x, vs, z)
+    line = prior.coef[:, 1] ** 2 > SLOPE_T2 * prior.coef_cov[:, 1, 1]
+    # no line the keys can tell from a flat centre: one centre, as without z
+    flat = np.flatnonzero(~line)
+    if flat.size:
+        plain = fit_regression_prior(fit_x[flat], vs[flat])
+        prior.coef[flat], prior.tau2[flat], prior.coef_cov[flat] = plain.coef, plain.tau2, plain.coef_cov
+    used = np.isfinite(z) & np.isfinite(fit_x) & np.isfinite(vs)
+    n_used = used.sum(axis=1)
+    z_mean = np.divide(
+        np.where(used, z, 0.0).sum(axis=1), n_used, out=np.zeros(n_used.shape), where=n_used > 0
+    )
+    return prior, line, np.where(line[:, None], np.where(np.isfinite(z), z, z_mean[:, None]), 0.0)
 
 
 def shrink_means(

@@ -7,9 +7,11 @@
 report locally (raw values never leave the device), keeps the device's privacy state and
 publishes to Kafka, or posts to ``kvldp gateway`` over HTTPS
 (``Collector(collection, endpoint="https://...", token=...)``). The package holds what runs on a device and nothing else: the
-collector, the device's privacy state, the SDK's input pairs and its rule on packing
-reports, its warning when PCKV's ``ell`` truncates a device's pairs, and the follower of
-an interactive collection's rounds. Importing it loads the
+collector and its parts (where its messages go, the privacy accounts of the devices it
+reports for, the perturbing, publishing and delivery of their reports), the device's
+privacy state, the SDK's input pairs and its rule on packing reports, its warning when
+PCKV's ``ell`` truncates a device's pairs, and the follower of an interactive collection's
+rounds. Importing it loads the
 SDK only: not the aggregator, the simulations, the experiments or the benchmarks.
 """
 

@@ -1,6 +1,7 @@
-"""One report per message: which collections refuse to pack reports.
+"""How many reports a message carries, and which collections refuse to pack reports.
 
-A gateway or simulator may pack up to ``batch_size`` reports per Kafka message, but a
+A gateway or simulator may pack up to ``batch_size`` reports per Kafka message, as many
+as fit under the collection's message size cap, but a
 collection that memoizes reports, limits reports per ``report_period`` or per
 ``budget_window`` (``aggregate.max_reports_per_device``) or reports in rounds needs each
 report in a message of its own, keyed by its device: the aggregator tells devices apart by
@@ -13,6 +14,7 @@ from __future__ import annotations
 from kvldp.common.collection import Collection
 from kvldp.common.control_record import is_interactive
 from kvldp.common.errors import KvldpError
+from kvldp.common.wire import WireFormat
 
 
 class BatchingRefused(KvldpError):
@@ -41,3 +43,11 @@ def check_batching(collection: Collection, batch_size: int) -> None:
             f"collection {collection.name} {rule}: each report is its own message keyed by its "
             f"device, so batch_size must be 1, got {batch_size}"
         )
+
+
+def reports_per_message(wire: WireFormat, batch_size: int) -> int:
+    """The reports each message of ``wire``'s collection carries for ``batch_size``: at most
+    what fits under its message size cap, at least one. Raises :class:`BatchingRefused`
+    as :func:`check_batching` does."""
+    check_batching(wire.collection, batch_size)
+    return max(1, min(batch_size, wire.max_batch()))

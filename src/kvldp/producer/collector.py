@@ -60,17 +60,24 @@ round, perturbed with the means published for it and tagged with their digest. E
 device reports at most once per round and spends that round's epsilon
 (:meth:`kvldp.producer.device_state.DeviceState.round_report`); once the last round closed,
 nothing is sent (``ROUNDS_DONE``). Its reports go out one per message, keyed by device.
+
+:class:`Collector` is the SDK's one entry point, and composes a part per job:
+:mod:`kvldp.producer.destination` checks the connection settings and opens the transport;
+:mod:`kvldp.producer.accounts` keeps the privacy states of the devices it reports for;
+:mod:`kvldp.producer.perturbing` decides, device by device, what a block of devices
+reports and perturbs it; :mod:`kvldp.producer.publisher` gives the reports their ids,
+packs them into messages and hands those to the transport; and
+:mod:`kvldp.producer.delivery` keeps what became of every message, which
+:meth:`Collector.flush` waits for.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import secrets
 import ssl
 import time
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -82,41 +89,31 @@ from numpy.typing import NDArray
 from kvldp.common.collection import Collection
 from kvldp.common.collection_fields import InvalidCollection
 from kvldp.common.collection_file import load_collection
-from kvldp.common.control_record import Control, interactive_mechanism, is_interactive
-from kvldp.common.errors import KvldpError
+from kvldp.common.control_record import Control, is_interactive
 from kvldp.common.file_lock import LOCK_TIMEOUT_S
 from kvldp.common.kvdata import KVData
-from kvldp.common.privacy import PrivacyBudgetExhausted, format_duration
-from kvldp.common.schema import ReportBatch, batch_len, from_rows
+from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.common.schema import ReportBatch, batch_len
 from kvldp.common.wire import WireFormat
-from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
-from kvldp.producer.batching import check_batching
-from kvldp.producer.bearer_token import BearerTokens, DeviceTokenProvider, TokenProvider
+from kvldp.kafka.client_config import KafkaConfig
+from kvldp.producer.accounts import DeviceAccounts
+from kvldp.producer.batching import reports_per_message
+from kvldp.producer.bearer_token import DeviceTokenProvider, TokenProvider
 from kvldp.producer.control_follower import ControlFollower
-from kvldp.producer.delivery import Deliveries
-from kvldp.producer.device_state import (
-    DeviceState,
-    Fleet,
-    FleetSummary,
-    ReportStatus,
-    budget_window_of,
-    period_of,
-    tracks_privacy,
-)
-from kvldp.producer.gateway_client import MAX_CONNECTIONS, REQUEST_TIMEOUT_S, GatewayTransport, reports_url
+from kvldp.producer.delivery import InFlight
+from kvldp.producer.destination import Destination
+from kvldp.producer.device_state import FleetSummary, ReportStatus
+from kvldp.producer.gateway_client import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
 from kvldp.producer.pairs import device_key, users_from_pairs
+from kvldp.producer.perturbing import Perturber
+from kvldp.producer.publisher import Publisher
 from kvldp.producer.retry_policy import RetryPolicy
-from kvldp.producer.transport import KafkaTransport, Message, Transport
 from kvldp.producer.truncation import TruncationWarner
 
-#: sends in flight before the SDK waits for acknowledgements (bounds memory)
-MAX_IN_FLIGHT = 2000
 #: devices perturbed per vectorised step
 PERTURB_BLOCK = 4096
 #: seconds a device waits for the open round of an interactive collection
 CONTROL_TIMEOUT_S = 60.0
-#: the producer acknowledgements a collector accepts: none, the leader's, every in-sync replica's
-ACKS = (0, 1, "all")
 
 logger = logging.getLogger("kvldp.producer")
 
@@ -196,92 +193,51 @@ class Collector:
         state_dir: str | Path | None = None,
         state_lock_timeout: float = LOCK_TIMEOUT_S,
     ) -> None:
-        if acks not in ACKS:
-            raise KvldpError(f"acks must be 0, 1 or 'all', got {acks!r}")
-        if not (isinstance(request_timeout, int | float) and request_timeout > 0):
-            raise KvldpError(f"request_timeout must be a positive number of seconds, got {request_timeout!r}")
+        destination = Destination(
+            bootstrap_servers=bootstrap_servers,
+            kafka_config=kafka_config,
+            producer=producer,
+            acks=acks,
+            client_id=client_id,
+            endpoint=endpoint,
+            token=token,
+            token_for=token_for,
+            ca_file=ca_file,
+            ssl_context=ssl_context,
+            retry=retry,
+            max_connections=max_connections,
+            request_timeout=request_timeout,
+            allow_http=allow_http,
+        )
         self.collection = collection if isinstance(collection, Collection) else load_collection(collection)
-        if endpoint is None:
-            http = {"token": token, "token_for": token_for, "ca_file": ca_file, "ssl_context": ssl_context}
-            given = [name for name, value in http.items() if value is not None]
-            if given or retry is not None:
-                raise KvldpError(f"{(given or ['retry'])[0]} goes with endpoint (the HTTPS gateway)")
-            #: where and how to connect (``bootstrap_servers`` overrides the config's address);
-            #: None with an ``endpoint``
-            self.kafka: KafkaConfig | None = resolve_kafka_config(bootstrap_servers, kafka_config)
-        else:
-            kafka_given = {
-                "bootstrap_servers": bootstrap_servers,
-                "kafka_config": kafka_config,
-                "producer": producer,
-            }
-            clash = [name for name, value in kafka_given.items() if value is not None]
-            if clash or acks != "all":
-                raise KvldpError(
-                    f"endpoint sends through the HTTPS gateway, {(clash or ['acks'])[0]} is a Kafka "
-                    "setting: give one of them (the gateway waits for acks=all)"
-                )
-            if is_interactive(self.collection):
-                raise KvldpError(
-                    f"collection {self.collection.name} reports in rounds, which a device follows on "
-                    "the collection's control topic in Kafka: it cannot report through an endpoint"
-                )
-            self.kafka = None
+        #: where and how to connect (``bootstrap_servers`` overrides the config's address);
+        #: None with an ``endpoint``
+        self.kafka = destination.kafka(self.collection)
         self.wire = WireFormat(self.collection)
         self.rng = rng if rng is not None else secure_rng()
-        # never from ``rng``: two simulators seeded alike must not share report ids
-        self._rid_rng = secure_rng()
         self.clock = clock
+        self._accounts = DeviceAccounts(
+            self.collection, device_id, state_path, state_dir, state_lock_timeout, warn_unsaved
+        )
         #: this device's privacy state; its id is the one this SDK instance reports under
         #: (the Kafka key): ``device_id``, else the one stored in ``state_path``, else random
-        if state_path is None:
-            self.state = DeviceState.new(self.collection, device_id)
-        else:
-            self.state = DeviceState.open(state_path, self.collection, device_id, state_lock_timeout)
+        self.state = self._accounts.own
         self.device_id = self.state.device_id
-        #: whether this device's id came from the caller (sent to the gateway as the claimed device)
-        self._id_given = device_id is not None
         #: states of the other device ids this collector reports for (gateways, simulators)
-        self.fleet = Fleet(self.collection, state_dir, state_lock_timeout)
-        self._tracked = tracks_privacy(self.collection)
-        #: with ``privacy.instantaneous_epsilon``, what randomizes every send of a memoized report
-        self._randomizer = self.collection.instantaneous_randomizer
-        self._warn_unsaved = warn_unsaved and self._tracked and state_path is None
-        #: warn once that other devices' states live in memory (when the aggregator limits devices)
-        self._warn_fleet = (
-            warn_unsaved and self.collection.aggregate.max_reports_per_device > 0 and state_dir is None
-        )
+        self.fleet = self._accounts.fleet
         #: warns once per device whose pairs PCKV's ell truncates
         self.truncation = TruncationWarner(self.collection, logger)
+        self._perturber = Perturber(self.wire, self._accounts, self.rng, self.truncation)
         self.acks = acks
         #: where the messages go: the collection's reports topic, or the gateway
-        self.transport: Transport
-        if self.kafka is None:
-            assert endpoint is not None
-            self.transport = GatewayTransport(
-                reports_url(endpoint, self.collection.name, allow_http=allow_http),
-                BearerTokens(token, token_for),
-                retry=retry,
-                max_connections=max_connections,
-                request_timeout=request_timeout,
-                ca_file=ca_file,
-                ssl_context=ssl_context,
-            )
-        else:
-            producer = producer or AIOKafkaProducer(
-                **self.kafka.client_options(client_id),
-                acks=acks,
-                linger_ms=5,
-                max_request_size=max(self.collection.aggregate.max_message_bytes * 2, 1 << 20),
-                request_timeout_ms=int(request_timeout * 1000),
-                enable_idempotence=False,
-            )
-            self.transport = KafkaTransport(producer, self.collection.reports_topic, self.kafka)
-        self._pending: list[asyncio.Future[object]] = []
+        self.transport = destination.transport(self.collection, self.kafka)
+        self._in_flight = InFlight(self.collection.name)
         #: what became of the reports handed to the transport, counted as each settles
-        self.deliveries = Deliveries()
+        self.deliveries = self._in_flight.deliveries
+        # report ids never from ``rng``: two simulators seeded alike must not share them
+        unclaimed = None if device_id is not None else device_key(self.device_id)
+        self._publisher = Publisher(self.wire, self.transport, self._in_flight, secure_rng(), unclaimed)
         self.sent_reports = 0
-        self.sent_messages = 0
         #: what happened to every report of :meth:`publish_users` (and so :meth:`report` and
         #: :meth:`report_many`) over this collector's life
         self.outcomes = FleetSummary()
@@ -297,6 +253,11 @@ class Collector:
     def bootstrap_servers(self) -> str | None:
         """The Kafka address this collector connects to (None when it sends to an endpoint)."""
         return None if self.kafka is None else self.kafka.bootstrap_servers
+
+    @property
+    def sent_messages(self) -> int:
+        """Messages handed to the transport."""
+        return self._publisher.messages
 
     async def start(self) -> None:
         """Connect (a failed start closes every client it opened; TLS and SASL failures
@@ -329,84 +290,15 @@ class Collector:
     def users_from_pairs(self, devices: Iterable[Mapping[str, float]]) -> KVData:
         return users_from_pairs(self.collection, devices)
 
-    # ------------------------------------------------------------------ privacy
-    def _state_of(self, device_id: str | bytes | int) -> DeviceState:
-        key = device_key(device_id)
-        if key != device_key(self.device_id):
-            if self._warn_fleet:
-                self._warn_fleet = False
-                logger.warning(
-                    "collection %s: the devices this process reports for keep their report counts in "
-                    "memory, for this collector's life only; %s",
-                    self.collection.name,
-                    self._refusal_after_restart(),
-                )
-            return self.fleet.state(key)
-        if self._warn_unsaved:
-            self._warn_unsaved = False
-            limited = self.collection.aggregate.max_reports_per_device > 0
-            refusal = self._refusal_after_restart() if limited else "a restart forgets it"
-            logger.warning(
-                "collection %s: no state_path, so device %s keeps its privacy spending in memory only; %s",
-                self.collection.name,
-                self.device_id,
-                refusal,
-            )
-        return self.state
-
-    def _refusal_after_restart(self) -> str:
-        """What the aggregator does with reports sent again after a restart forgot them."""
-        aggregate, period = self.collection.aggregate, self.collection.privacy.report_period_s
-        rule = (
-            f"one report per device per report_period ({format_duration(period)})"
-            if period is not None
-            else f"{aggregate.max_reports_per_device} report(s) per device per budget_window "
-            f"({format_duration(aggregate.budget_window_s)})"
-        )
-        return (
-            f"the aggregator takes {rule}, so what is sent again for the same devices within that "
-            "time, by another process or after a restart, is refused as budget_exceeded and never folded"
-        )
-
-    def _known_state(self, device_id: str | bytes | int | None) -> DeviceState | None:
-        """The state of ``device_id`` (default this device's), read again from its file, if
-        there is one."""
-        if device_id is None or device_key(device_id) == device_key(self.device_id):
-            self.state.refresh()
-            return self.state
-        return self.fleet.known(device_key(device_id))
-
     def privacy_spent(self, device_id: str | bytes | int | None = None) -> float:
         """Epsilon spent on this collection by this device, or by another ``device_id`` this
         collector reported for (those are only counted for collections with a ``[privacy]``
         table)."""
-        state = self._known_state(device_id)
-        return 0.0 if state is None else state.spent(self.collection)
+        return self._accounts.spent(device_id)
 
     def privacy_remaining(self, device_id: str | bytes | int | None = None) -> float:
         """Epsilon left under ``lifetime_epsilon`` (``math.inf`` without one)."""
-        state = self._known_state(device_id)
-        if state is None:
-            cap = self.collection.privacy.lifetime_epsilon
-            return math.inf if cap is None else cap
-        return state.remaining(self.collection)
-
-    def _per_message(self, batch_size: int) -> int:
-        check_batching(self.collection, batch_size)
-        return max(1, min(batch_size, self.wire.max_batch()))
-
-    # ------------------------------------------------------------------ publishing
-    async def _send(self, value: bytes, device: str | bytes | int, timestamp_ms: int, reports: int) -> None:
-        key = device_key(device)
-        claimed = self._id_given or key != device_key(self.device_id)
-        outcome = asyncio.ensure_future(
-            await self.transport.send(Message(value, key, timestamp_ms, claimed, reports))
-        )
-        self.deliveries.track(outcome, reports)
-        self._pending.append(outcome)
-        self.sent_messages += 1
-        if len(self._pending) >= MAX_IN_FLIGHT:
-            await self.flush()
+        return self._accounts.remaining(device_id)
 
     async def flush(self) -> None:
         """Wait until every message sent so far is delivered: acknowledged by the broker
@@ -419,24 +311,7 @@ class Collector:
         distinct error, so that a refusal every message met is one line). A Kafka message that is
         not acknowledged within ``request_timeout`` raises the Kafka client's error.
         Cancelling a flush leaves its messages pending for the next one."""
-        pending = list(self._pending)
-        if not pending:
-            return
-        # a flush cancelled part way (its caller was) leaves the messages to the next one
-        await asyncio.wait(pending)
-        settled = set(pending)
-        self._pending = [outcome for outcome in self._pending if outcome not in settled]
-        failures = [
-            error
-            for outcome in pending
-            if (error := asyncio.CancelledError() if outcome.cancelled() else outcome.exception()) is not None
-        ]
-        raised = str(failures[0]) if failures else ""
-        for message, times in Counter(str(other) for other in failures[1:] if str(other) != raised).items():
-            more = f" ({times} messages)" if times > 1 else ""
-            logger.warning("collection %s: %s%s", self.collection.name, message, more)
-        if failures:
-            raise failures[0]
+        await self._in_flight.settle()
 
     async def report(
         self, pairs: Mapping[str, float], device_id: str | bytes | int | None = None
@@ -462,7 +337,7 @@ class Collector:
         if summary.rounds_done:
             return ReportStatus.ROUNDS_DONE
         if summary.exhausted:
-            state = self._state_of(device)
+            state = self._accounts.state_of(device)
             raise PrivacyBudgetExhausted(
                 f"collection {self.collection.name}: a report would take device {state.device_id} past "
                 f"lifetime_epsilon={self.collection.privacy.lifetime_epsilon:g} "
@@ -512,7 +387,7 @@ class Collector:
             )
         if users.n_users != len(device_ids):
             raise ValueError("one device id per device is required")
-        per_message = self._per_message(batch_size)
+        per_message = reports_per_message(self.wire, batch_size)
         if self.control is not None:
             control = await self.control.wait(timeout=self.control_timeout)
             summary = await self.publish_round(users, device_ids, control)
@@ -527,18 +402,14 @@ class Collector:
         done = 0
         for block_start in range(0, users.n_users, step):
             block = users.rows(block_start, min(users.n_users, block_start + step))
-            ids = device_ids[block_start : block_start + block.n_users]
-            if self._tracked:
-                part = await self._publish_tracked(block, ids, per_message)
-                summary.add(part)
-                self.outcomes.add(part)
-            else:
-                self._charge_own(ids)
-                self.truncation.check(block.sizes, ids)
-                batch = self.collection.mechanism.perturb_many(block, self.rng)
-                await self._publish_batch(batch, ids, per_message, self._now_ms())
-                summary.sent += block.n_users
-                self.outcomes.sent += block.n_users
+            ts_ms = self._now_ms()
+            reports = self._perturber.block(
+                block, device_ids[block_start : block_start + block.n_users], ts_ms
+            )
+            summary.add(reports.summary)
+            self.outcomes.add(reports.summary)
+            if reports.batch is not None:
+                await self._publisher.publish(reports.batch, reports.device_ids, per_message, ts_ms)
             done += block.n_users
             if on_progress is not None:
                 on_progress(block.n_users)
@@ -562,7 +433,9 @@ class Collector:
         n = len(device_ids)
         if batch_len(batch) != n:
             raise ValueError("one device id per report is required")
-        await self._publish_batch(batch, device_ids, self._per_message(batch_size), self._now_ms())
+        await self._publisher.publish(
+            batch, device_ids, reports_per_message(self.wire, batch_size), self._now_ms()
+        )
         self.sent_reports += n
         return n
 
@@ -573,103 +446,15 @@ class Collector:
         the devices that may report (each records its spend first) are perturbed at once
         with the published means, in the blocks of the in-process ``collect``, and sent one
         per message keyed by device."""
-        summary = FleetSummary()
-        if control.complete:
-            summary.rounds_done = users.n_users
-            return summary
-        keep: list[int] = []
-        for u, device in enumerate(device_ids):
-            status = self._state_of(device).round_report(self.collection, control.round)
-            summary.count(status)
-            if status is ReportStatus.SENT:
-                keep.append(u)
-        if not keep:
-            return summary
-        members = users if len(keep) == users.n_users else users.take(np.asarray(keep, dtype=np.int64))
-        mechanism = interactive_mechanism(self.collection)
-        batch = mechanism.perturb_round_many(members, self.rng, control.round, control.means)
-        await self._publish_batch(batch, [device_ids[u] for u in keep], 1, self._now_ms())
-        self.sent_reports += len(keep)
-        return summary
-
-    async def _publish_tracked(
-        self, block: KVData, device_ids: Sequence[str | bytes | int], per_message: int
-    ) -> FleetSummary:
-        """One block under the spending rule: decide (and record) per device, then send.
-
-        Memoized devices need one keyed mechanism call per state they never reported
-        before (their randomness is their own); a re-send is a lookup. With
-        ``privacy.instantaneous_epsilon`` every report going out, new or re-sent, is the
-        stored permanent report randomized again with fresh draws from :attr:`rng`, the
-        block's reports at once; the stored payload itself never goes out. Without
-        memoization the block is perturbed at once and the reports that may go are kept.
-        """
-        ts_ms = self._now_ms()
-        period = period_of(self.collection, ts_ms)
-        window = budget_window_of(self.collection, ts_ms)
-        summary = FleetSummary()
-        keep: list[int] = []
-        if self.collection.privacy.memoize:
-            reports = []
-            derived: list[int] = []  # new reports; a re-send is the stored one
-            for u, device in enumerate(device_ids):
-                lo, hi = int(block.indptr[u]), int(block.indptr[u + 1])
-                status, report = self._state_of(device).memoized(
-                    self.collection, block.keys[lo:hi], block.values[lo:hi], period, window
-                )
-                summary.count(status)
-                if report is not None:
-                    reports.append(report)
-                    keep.append(u)
-                if status is ReportStatus.SENT:
-                    derived.append(u)
-            self.truncation.check(block.sizes[derived], [device_ids[u] for u in derived])
-            if not keep:
-                return summary
-            batch = from_rows(reports, self.wire.fields)
-            if self._randomizer is not None:
-                batch = self._randomizer.randomize(batch, self.rng)
-        else:
-            for u, device in enumerate(device_ids):
-                status = self._state_of(device).fresh(self.collection, period, window)
-                summary.count(status)
-                if status is ReportStatus.SENT:
-                    keep.append(u)
-            if not keep:
-                return summary
-            self.truncation.check(block.sizes[keep], [device_ids[u] for u in keep])
-            batch = self.collection.mechanism.perturb_many(block, self.rng)
-            if len(keep) < block.n_users:
-                rows = np.asarray(keep)
-                batch = {name: column[rows] for name, column in batch.items()}
-        await self._publish_batch(batch, [device_ids[u] for u in keep], per_message, ts_ms)
-        return summary
-
-    def _charge_own(self, device_ids: Sequence[str | bytes | int]) -> None:
-        """Without a ``[privacy]`` table nothing is enforced, but this device's reports still
-        cost epsilon each: count them (before sending) so that :meth:`privacy_spent` is true."""
-        own = device_key(self.device_id)
-        mine = sum(1 for device in device_ids if device_key(device) == own)
-        if mine:
-            self.state.charge(mine)
+        reports = self._perturber.round(users, device_ids, control)
+        if reports.batch is not None:
+            await self._publisher.publish(reports.batch, reports.device_ids, 1, self._now_ms())
+            self.sent_reports += len(reports.device_ids)
+        return reports.summary
 
     def _now_ms(self) -> int:
         return int(self.clock() * 1000)
 
     def report_ids(self, n: int) -> NDArray[np.uint64]:
         """``n`` random non-zero report ids."""
-        return self._rid_rng.integers(1, 2**64, size=n, dtype=np.uint64)
-
-    async def _publish_batch(
-        self, batch: ReportBatch, device_ids: Sequence[str | bytes | int], per_message: int, now: int
-    ) -> None:
-        n = len(device_ids)
-        rids = self.report_ids(n)
-        if per_message == 1:
-            for value, device in zip(self.wire.encode_many(batch, now, rids), device_ids, strict=True):
-                await self._send(value, device, now, 1)
-            return
-        for start in range(0, n, per_message):
-            part = {name: column[start : start + per_message] for name, column in batch.items()}
-            value = self.wire.encode_batch(part, ts_ms=now, rids=rids[start : start + per_message])
-            await self._send(value, device_ids[start], now, min(per_message, n - start))
+        return self._publisher.report_ids(n)

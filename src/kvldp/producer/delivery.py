@@ -5,13 +5,22 @@ what was delivered (acknowledged by Kafka with the collector's ``acks``, or acce
 the gateway) and what failed for good. It is updated as each message's outcome settles,
 so it stays true whatever ends the work: its normal end, a cancellation, or a broker
 that stops answering. ``kvldp produce`` prints its summary from it on every exit path.
+
+:class:`InFlight` keeps the outcomes not yet waited for: a collector's ``flush`` waits
+for them all, raises the first failure once every other message settled, and logs the
+other distinct failures (logger ``kvldp.producer``), so that a refusal every message met
+is one line.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections import Counter
 from dataclasses import dataclass
 from functools import partial
+
+logger = logging.getLogger("kvldp.producer")
 
 
 @dataclass
@@ -42,3 +51,45 @@ class Deliveries:
         Kafka may hold some of them (a broker can store a message whose acknowledgement
         never arrived)."""
         return self.handed - self.acknowledged
+
+
+class InFlight:
+    """The outcomes of the messages of one collection handed over and not yet waited for,
+    each counted in :attr:`deliveries` as it settles."""
+
+    def __init__(self, collection: str) -> None:
+        #: the collection's name, in the warnings of :meth:`settle`
+        self.collection = collection
+        self.deliveries = Deliveries()
+        self._pending: list[asyncio.Future[object]] = []
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def add(self, outcome: asyncio.Future[object], reports: int) -> None:
+        """A message of ``reports`` reports just handed over, settled with ``outcome``."""
+        self.deliveries.track(outcome, reports)
+        self._pending.append(outcome)
+
+    async def settle(self) -> None:
+        """Wait until every message added so far has settled; raise the first failure once
+        all have (the others, where their error differs from it, are logged as warnings,
+        one per distinct error). Cancelling it leaves its messages to the next call."""
+        pending = list(self._pending)
+        if not pending:
+            return
+        # a wait cancelled part way (its caller was) leaves the messages to the next one
+        await asyncio.wait(pending)
+        settled = set(pending)
+        self._pending = [outcome for outcome in self._pending if outcome not in settled]
+        failures = [
+            error
+            for outcome in pending
+            if (error := asyncio.CancelledError() if outcome.cancelled() else outcome.exception()) is not None
+        ]
+        raised = str(failures[0]) if failures else ""
+        for message, times in Counter(str(other) for other in failures[1:] if str(other) != raised).items():
+            more = f" ({times} messages)" if times > 1 else ""
+            logger.warning("collection %s: %s%s", self.collection, message, more)
+        if failures:
+            raise failures[0]

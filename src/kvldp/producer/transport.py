@@ -6,8 +6,9 @@ encoding, packing reports into messages — is one code path in
 messages: :meth:`Transport.send` hands one over and returns an awaitable that completes
 once the message is delivered (acknowledged by Kafka with the collector's ``acks``, or
 accepted by the gateway) and raises when it never will be. :class:`KafkaTransport` is the
-Kafka producer; :class:`kvldp.producer.gateway_client.GatewayTransport` posts to
-``kvldp gateway``.
+Kafka producer (:func:`kafka_producer`: ``linger_ms`` 5, no idempotence, requests up to
+twice the collection's message size cap); :class:`kvldp.producer.gateway_client.GatewayTransport`
+posts to ``kvldp gateway``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 
+from kvldp.common.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_reachable
 
@@ -49,6 +51,21 @@ class Transport(Protocol):
     async def send(self, message: Message) -> Awaitable[object]:
         """Hand ``message`` over; the result completes once it is delivered."""
         ...
+
+
+def kafka_producer(
+    collection: Collection, kafka: KafkaConfig, client_id: str, acks: int | str, request_timeout: float
+) -> AIOKafkaProducer:
+    """The aiokafka producer of a collector of ``collection``: acknowledged with ``acks``,
+    a message failing after ``request_timeout`` seconds without its acknowledgement."""
+    return AIOKafkaProducer(
+        **kafka.client_options(client_id),
+        acks=acks,
+        linger_ms=5,
+        max_request_size=max(collection.aggregate.max_message_bytes * 2, 1 << 20),
+        request_timeout_ms=int(request_timeout * 1000),
+        enable_idempotence=False,
+    )
 
 
 class KafkaTransport:

@@ -44,7 +44,7 @@ from kvldp.reliability.scenarios.fresh_collection import make_collection
 from kvldp.reliability.scenarios.outcome import Outcome
 from kvldp.reliability.scenarios.waits import folded, has_folded, joined, sent, until
 from kvldp.reliability.scenarios.workers import ACTIONS, WorkerPool, merged_snapshots
-from kvldp.reliability.traffic import canaries, publish
+from kvldp.reliability.traffic import Message, canaries, publish
 
 #: the state topic's settings beside kvldp's own: a new segment once the active one holds
 #: records 0.1 s older than the newest (Kafka cleans closed segments only), and a clean as
@@ -85,66 +85,16 @@ async def state_compaction(
     pool = WorkerPool(path, bootstrap, workdir, collection.name, rng)
     for _ in range(3):
         await pool.add()
-    # 1. workers come and go while the first half streams in: each action once another
-    # share of it has been sent
-    progress = [0]
-    sending = asyncio.create_task(
-        publish(
-            bootstrap,
-            collection.reports_topic,
-            messages[:half],
-            rate=half / (cycles * SECONDS_PER_ACTION),
-            progress=progress,
-        )
-    )
-    actions = []
-    # (records written, records left) in the state topic, read during the churn
-    during: list[tuple[int, int]] = []
-
-    async def cleaned() -> bool:  # the cleaner has removed superseded snapshots
-        during.append(await _written_and_left(bootstrap, state_topic))
-        return during[-1][1] < during[-1][0]
-
-    for step in range(cycles):
-        share = half * (step + 1) // (cycles + 1)
-        out.check(await until(partial(sent, progress, share), WAIT_S, poll=0.05), f"{share} canaries sent")
-        if step == cycles - 1:  # the last action comes once the cleaner has compacted: between actions
-            out.check(
-                await until(cleaned, WAIT_S, poll=0.5),
-                f"{state_topic} compacted while the workers came and went: (written, left) {during[-3:]}",
-            )
-        else:
-            during.append(await _written_and_left(bootstrap, state_topic))
-        actions.append(await pool.step(out, ACTIONS[step % len(ACTIONS)]))
-    await sending
+    # 1. workers come and go while the first half streams in
+    actions, during = await _churn(out, pool, collection, messages[:half], cycles)
     out.check(
         await until(partial(has_folded, exporter, first_half), WAIT_S),
         f"the exporter merged the first {first_half} canaries",
     )
     # 2. the state topic as the next worker will read it: compacted
-    last: list[tuple[int, int]] = []
-
-    async def compacted() -> bool:
-        last[:] = [await _written_and_left(bootstrap, state_topic)]
-        return last[0][1] < last[0][0]
-
-    out.check(await until(compacted, WAIT_S, poll=0.5), f"{state_topic} compacted: (written, left) {last}")
-    written, left = last[0]
-    # 3. the state so far lives only in the compacted topic: every worker SIGKILLed, the
-    # reports below each snapshot deleted
-    for worker in pool.alive():
-        worker.kill()
-    snapshots = await merged_snapshots(collection, bootstrap)
-    offsets = {p: s.next_offset for p, s in snapshots.partitions.items()}
-    out.check(
-        snapshots.reports_total == first_half, f"snapshots hold {snapshots.reports_total} = {first_half}"
-    )
-    await _delete_before(cluster, collection, offsets)
-    starts = {p: start for p, (start, _) in (await log_bounds(bootstrap, collection.reports_topic)).items()}
-    out.check(
-        all(starts[p] == o for p, o in offsets.items()),
-        f"the reports below the snapshots deleted: log starts {starts}, snapshots at {offsets}",
-    )
+    written, left = await _compacted(out, bootstrap, state_topic)
+    # 3. the state so far lives only in the compacted topic
+    offsets = await _only_in_state_topic(out, cluster, collection, pool, first_half)
     # 4. a worker that joins now restores every partition from the compacted topic
     late = await pool.add()
     out.check(
@@ -157,6 +107,99 @@ async def state_compaction(
     out.figures["seconds"] = round(time.monotonic() - started, 1)
     pool.stop(out)
     out.check(exporter.stop() == 0, "exporter stopped cleanly")
+    await _check_merged(out, collection, bootstrap, cells, exported)
+    out.figures.update(
+        canaries=cells,
+        actions=actions,
+        workers_started=len(pool.workers),
+        state_records_written_and_left_during_the_churn=during,
+        state_records_written=written,
+        state_records_left=left,
+        reports_deleted_below=offsets,
+    )
+    return out
+
+
+async def _churn(
+    out: Outcome, pool: WorkerPool, collection: Collection, messages: list[Message], cycles: int
+) -> tuple[list[str], list[tuple[int, int]]]:
+    """Publish ``messages`` over ``cycles`` worker actions, each once another share of them
+    has been sent, the last once the cleaner has compacted the state topic. Returns the
+    actions and the state topic's (records written, records left) read between them."""
+    bootstrap, state_topic = pool.bootstrap, collection.state_topic
+    progress = [0]
+    sending = asyncio.create_task(
+        publish(
+            bootstrap,
+            collection.reports_topic,
+            messages,
+            rate=len(messages) / (cycles * SECONDS_PER_ACTION),
+            progress=progress,
+        )
+    )
+    actions = []
+    during: list[tuple[int, int]] = []
+
+    async def cleaned() -> bool:  # the cleaner has removed superseded snapshots
+        during.append(await _written_and_left(bootstrap, state_topic))
+        return during[-1][1] < during[-1][0]
+
+    for step in range(cycles):
+        share = len(messages) * (step + 1) // (cycles + 1)
+        out.check(await until(partial(sent, progress, share), WAIT_S, poll=0.05), f"{share} canaries sent")
+        if step == cycles - 1:  # the last action comes once the cleaner has compacted: between actions
+            out.check(
+                await until(cleaned, WAIT_S, poll=0.5),
+                f"{state_topic} compacted while the workers came and went: (written, left) {during[-3:]}",
+            )
+        else:
+            during.append(await _written_and_left(bootstrap, state_topic))
+        actions.append(await pool.step(out, ACTIONS[step % len(ACTIONS)]))
+    await sending
+    return actions, during
+
+
+async def _compacted(out: Outcome, bootstrap: str, state_topic: str) -> tuple[int, int]:
+    """Wait until the state topic holds fewer records than were written to it; returns
+    (records written, records left)."""
+    last: list[tuple[int, int]] = []
+
+    async def compacted() -> bool:
+        last[:] = [await _written_and_left(bootstrap, state_topic)]
+        return last[0][1] < last[0][0]
+
+    out.check(await until(compacted, WAIT_S, poll=0.5), f"{state_topic} compacted: (written, left) {last}")
+    return last[0]
+
+
+async def _only_in_state_topic(
+    out: Outcome, cluster: ApacheKafka, collection: Collection, pool: WorkerPool, folded_so_far: int
+) -> dict[int, int]:
+    """SIGKILL every worker and delete the reports below each partition's snapshot, so the
+    state folded so far lives only in the state topic. Returns the snapshots' offsets."""
+    bootstrap = cluster.bootstrap_servers
+    for worker in pool.alive():
+        worker.kill()
+    snapshots = await merged_snapshots(collection, bootstrap)
+    offsets = {p: s.next_offset for p, s in snapshots.partitions.items()}
+    out.check(
+        snapshots.reports_total == folded_so_far,
+        f"snapshots hold {snapshots.reports_total} = {folded_so_far}",
+    )
+    await _delete_before(cluster, collection, offsets)
+    starts = {p: start for p, (start, _) in (await log_bounds(bootstrap, collection.reports_topic)).items()}
+    out.check(
+        all(starts[p] == o for p, o in offsets.items()),
+        f"the reports below the snapshots deleted: log starts {starts}, snapshots at {offsets}",
+    )
+    return offsets
+
+
+async def _check_merged(
+    out: Outcome, collection: Collection, bootstrap: str, cells: int, exported: float
+) -> None:
+    """The state topic's snapshots, merged, hold every canary once (as the exporter
+    counted, ``exported``), count no offset as lost and read every partition to its end."""
     merged = await merged_snapshots(collection, bootstrap)
     check_canaries(out, merged, cells)
     out.check(exported == cells, f"exported kvldp_reports_total {exported} = {cells}")
@@ -169,16 +212,6 @@ async def state_compaction(
     ends = {p: end for p, (_, end) in (await log_bounds(bootstrap, collection.reports_topic)).items()}
     got = {p: s.next_offset for p, s in merged.partitions.items()}
     out.check(got == ends, f"every partition read to its end: {got} = {ends}")
-    out.figures.update(
-        canaries=cells,
-        actions=actions,
-        workers_started=len(pool.workers),
-        state_records_written_and_left_during_the_churn=during,
-        state_records_written=written,
-        state_records_left=left,
-        reports_deleted_below=offsets,
-    )
-    return out
 
 
 async def _written_and_left(bootstrap: str, topic: str) -> tuple[int, int]:
