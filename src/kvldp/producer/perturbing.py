@@ -17,7 +17,7 @@ its pairs is warned about (:class:`~kvldp.producer.truncation.TruncationWarner`)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +28,7 @@ from kvldp.common.schema import ReportBatch, from_rows
 from kvldp.common.wire import WireFormat
 from kvldp.producer.accounts import DeviceAccounts
 from kvldp.producer.device_state import (
+    DeviceState,
     FleetSummary,
     ReportStatus,
     budget_window_of,
@@ -113,12 +114,7 @@ class Perturber:
     ) -> Reports:
         """The whole block perturbed afresh, kept for the devices that may send."""
         summary = FleetSummary()
-        keep: list[int] = []
-        for u, device in enumerate(device_ids):
-            status = self.accounts.state_of(device).fresh(self.collection, period, window)
-            summary.count(status)
-            if status is ReportStatus.SENT:
-                keep.append(u)
+        keep = self._admitted(device_ids, lambda state: state.fresh(self.collection, period, window), summary)
         if not keep:
             return Reports(summary)
         self.truncation.check(users.sizes[keep], [device_ids[u] for u in keep])
@@ -136,15 +132,28 @@ class Perturber:
         if control.complete:
             summary.rounds_done = users.n_users
             return Reports(summary)
-        keep: list[int] = []
-        for u, device in enumerate(device_ids):
-            status = self.accounts.state_of(device).round_report(self.collection, control.round)
-            summary.count(status)
-            if status is ReportStatus.SENT:
-                keep.append(u)
+        keep = self._admitted(
+            device_ids, lambda state: state.round_report(self.collection, control.round), summary
+        )
         if not keep:
             return Reports(summary)
         members = users if len(keep) == users.n_users else users.take(np.asarray(keep, dtype=np.int64))
         mechanism = interactive_mechanism(self.collection)
         batch = mechanism.perturb_round_many(members, self.rng, control.round, control.means)
         return Reports(summary, batch, [device_ids[u] for u in keep])
+
+    def _admitted(
+        self,
+        device_ids: Sequence[str | bytes | int],
+        rule: Callable[[DeviceState], ReportStatus],
+        summary: FleetSummary,
+    ) -> list[int]:
+        """The positions of the devices whose state lets them send (``rule`` says SENT, and
+        has written the spend), every status counted in ``summary``."""
+        keep: list[int] = []
+        for u, device in enumerate(device_ids):
+            status = rule(self.accounts.state_of(device))
+            summary.count(status)
+            if status is ReportStatus.SENT:
+                keep.append(u)
+        return keep
