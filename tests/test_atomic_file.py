@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from kvldp.common.atomic_file import create_once, write_atomically, write_csv
+from kvldp.common.files.atomic_file import create_once, write_atomically, write_csv
 
 from support import run
 
@@ -41,7 +41,7 @@ def test_a_crash_between_write_and_rename_leaves_the_old_file_intact(tmp_path: P
     code = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from kvldp.common.atomic_file import write_atomically\n"
+        "from kvldp.common.files.atomic_file import write_atomically\n"
         "os.replace = lambda *args: os._exit(9)\n"
         "write_atomically(Path(sys.argv[1]), b'new')\n"
     )

@@ -16,10 +16,10 @@ from kvldp.attacks.fakes import ATTACKS, InvalidAttack, Round, fake_reports, rkv
 from kvldp.attacks.pckv_fakes import nonzero_counts
 from kvldp.attacks.target import InvalidTarget, Target
 from kvldp.cli import main
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms import create, get, names
 from kvldp.common.mechanisms.keysampled import POS
-from kvldp.common.stats import Stats
 from kvldp.sim.datasets import generate
 
 KV = [n for n in names() if get(n).collects_values]
@@ -320,7 +320,7 @@ def test_none_folds_implausible_fakes_plausibility_drops_them() -> None:
 
 
 def test_a_defense_refuses_fakes_broken_for_another_reason() -> None:
-    from kvldp.common.schema import InvalidReport
+    from kvldp.common.data.schema import InvalidReport
 
     m = create("privkv", 8, 1.0)
     batch = fake_reports(m, "m2ga", 10, Target(np.array([1])), np.random.default_rng(0))

@@ -16,7 +16,7 @@ from kvldp.attacks.defenses import get as defense
 from kvldp.attacks.fakes import Round, fake_reports
 from kvldp.attacks.target import choose_targets
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.sim import simulate
 

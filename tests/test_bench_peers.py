@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 
 from kvldp.bench import peers
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import Mechanism
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, pack_bits
-from kvldp.common.schema import ReportBatch
+from kvldp.common.spec.params import InvalidParameter
 from kvldp.sim.datasets import generate
 
 

@@ -27,7 +27,7 @@ import pytest
 
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker.apache_kafka import ApacheKafka
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.kafka.reachability import DOWN_AFTER_S, PROBE_INTERVAL_S, PROBE_TIMEOUT_S
 from kvldp.kafka.shutdown import STOP_GRACE_S
 from kvldp.reliability.processes import AggregatorProcess, Samples, scrape, total

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms import create
 from kvldp.evaluation.change_detection import (
     changed_state_pairs,

@@ -9,13 +9,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.collection_file import (
+from kvldp.common.config.collection_file import (
     collection_table,
     collection_toml,
     load_collection,
     parse_collection,
 )
+from kvldp.common.spec.collection_fields import InvalidCollection
 
 from support.package import REPO
 

@@ -1,6 +1,6 @@
 """docs/collection.md and the field declarations it is rendered from agree with the loaders.
 
-The page is rendered from :mod:`kvldp.common.collection_spec`; these tests check the
+The page is rendered from :mod:`kvldp.common.spec.collection_spec`; these tests check the
 committed page against the rendering, and every declared default, integer bound, "> 0"
 range and digest flag against what parsing a collection file and its digest do.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from kvldp.common.aggregate_config import parse_window
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.collection_file import collection_table, parse_collection
-from kvldp.common.collection_reference import main, render
-from kvldp.common.collection_spec import AGGREGATE, PRIVACY, REQUIRED, TOP_LEVEL, FieldSpec
+from kvldp.common.config.aggregate_config import parse_window
+from kvldp.common.config.collection_file import collection_table, parse_collection
+from kvldp.common.config.collection_reference import main, render
+from kvldp.common.spec.collection_fields import InvalidCollection
+from kvldp.common.spec.collection_spec import AGGREGATE, PRIVACY, REQUIRED, TOP_LEVEL, FieldSpec
 
 DOC = Path(__file__).parents[1] / "docs" / "collection.md"
 BASE: dict[str, Any] = {
@@ -89,7 +89,7 @@ def with_field(table: str, name: str, value: Any) -> dict[str, Any]:
 
 def test_the_committed_page_is_the_rendering_of_the_declarations() -> None:
     assert DOC.read_text(encoding="utf-8") == render(), (
-        "docs/collection.md is out of date: python -m kvldp.common.collection_reference --out docs/collection.md"
+        "docs/collection.md is out of date: python -m kvldp.common.config.collection_reference --out docs/collection.md"
     )
 
 

@@ -1,4 +1,4 @@
-"""The mechanism-independent conditional-query machinery (:mod:`kvldp.common.conditional`).
+"""The mechanism-independent conditional-query machinery (:mod:`kvldp.common.estimation.conditional`).
 
 The worked example (docs/mechanisms.md, *Conditional worked example*: Sun et al. 2019's
 Table III, keys Hamburger, Fries, Pepsi) is the
@@ -18,7 +18,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from kvldp.common.conditional import (
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.conditional import (
     CellSums,
     Condition,
     ConditionalQuery,
@@ -31,10 +33,8 @@ from kvldp.common.conditional import (
     joint_states,
     parse_query,
 )
-from kvldp.common.estimate import Z95
-from kvldp.common.kvdata import KVData
+from kvldp.common.estimation.estimate import Z95
 from kvldp.common.mechanisms.ioh import IOH
-from kvldp.common.stats import Stats
 
 from support.conditional import (
     NAMES,

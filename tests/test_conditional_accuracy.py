@@ -13,7 +13,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kvldp.common.conditional import ConditionalEstimate, ConditionalQuery, conditional_truths
+from kvldp.common.estimation.conditional import ConditionalEstimate, ConditionalQuery, conditional_truths
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.ioh import JointStateMechanism
 from kvldp.evaluation.calibration import QuantityCalibration, summarise

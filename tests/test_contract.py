@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvldp.common.estimate import Z95
+from kvldp.common.data.schema import InvalidReport, batch_len, concat, from_rows, row, take
+from kvldp.common.data.stats import Stats, StatsMismatch
+from kvldp.common.estimation.estimate import Z95
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import names
 from kvldp.common.mechanisms.base import UnknownEstimator
-from kvldp.common.privacy_audit import audit
-from kvldp.common.schema import InvalidReport, batch_len, concat, from_rows, row, take
-from kvldp.common.stats import Stats, StatsMismatch
 
 from support import make, population_for
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.data.kvdata import InvalidUserData, KVData
+from kvldp.common.data.schema import Field, validate_fields
+from kvldp.common.data.stats import Stats, StatsMismatch
+from kvldp.common.estimation.simplex import project_simplex
 from kvldp.common.mechanisms import create
-from kvldp.common.params import InvalidParameter, parse_assignments
 from kvldp.common.primitives import bit_column_sums, one_hot_bits, pack_bits
-from kvldp.common.schema import Field, validate_fields
-from kvldp.common.simplex import project_simplex
-from kvldp.common.stats import Stats, StatsMismatch
+from kvldp.common.spec.params import InvalidParameter, parse_assignments
 
 
 def test_user_data_rejects_bad_values_with_a_clear_message() -> None:

@@ -15,8 +15,8 @@ import numpy as np
 from kvldp.aggregator.dedup import RecentIds
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import VERSION, AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer.retry_policy import RetryPolicy
 
 from support import Rec, kvue_collection

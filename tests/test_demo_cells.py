@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.estimate import Estimate
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.demo.estimate_cells import frequency_cell, mean_cell
 
 COLLECTION = parse_collection(

@@ -19,8 +19,8 @@ import pytest
 from kvldp import dashboard
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import collection_toml, parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import collection_toml, parse_collection
 from kvldp.producer.collector import Collector
 from kvldp.sim import simulate
 from kvldp.sim.round_fleet import RoundFleet

@@ -17,7 +17,7 @@ import yaml
 
 from kvldp import dashboard
 from kvldp.aggregator import exporter
-from kvldp.common.collection_file import load_collection
+from kvldp.common.config.collection_file import load_collection
 from kvldp.gateway import instruments
 
 from support import run

@@ -36,8 +36,8 @@ from aiokafka.errors import TopicAuthorizationFailedError
 
 from kvldp.aggregator.topics import ensure_topics, wanted_topics
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaSecurity, ScramUser
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import load_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import load_collection
 from kvldp.gateway.signing import load_private_key, sign_token
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
 from kvldp.kafka.client_start import KafkaStartError, start_or_close

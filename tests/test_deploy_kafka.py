@@ -14,7 +14,7 @@ from typing import Any
 
 from kvldp.broker.apache_kafka import ADMIN_PRINCIPAL, AUTHORIZER
 from kvldp.broker.kafka_install import KAFKA_VERSION
-from kvldp.common.collection_file import load_collection
+from kvldp.common.config.collection_file import load_collection
 from kvldp.kafka.client_config import KNOWN_KEYS
 
 from support.deploy import (

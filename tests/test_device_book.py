@@ -15,9 +15,9 @@ from kvldp.aggregator.devices import payload_hashes
 from kvldp.aggregator.exporter import SnapshotCollector
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec
 from support.checkpoint_formats import format_3, format_4

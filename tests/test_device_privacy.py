@@ -26,11 +26,11 @@ from kvldp.aggregator.ledger import ADMITTED, Ledger, device_hashes
 from kvldp.broker.tansu import EmbeddedBroker
 from kvldp.cli import main
 from kvldp.cli.produce import unsent_note
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.memo import alphas, round_values, state_of
-from kvldp.common.wire import WireFormat
+from kvldp.common.guarantees.memo import alphas, round_values, state_of
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer import Collector, PrivacyBudgetExhausted, ReportStatus
 from kvldp.producer.batching import BatchingRefused
 from kvldp.producer.device_state import DeviceState, FleetSummary, InvalidDeviceState

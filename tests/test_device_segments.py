@@ -16,8 +16,8 @@ from kvldp.aggregator import statetopic
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import Snapshots, decode, piece_keys
-from kvldp.common.collection import Collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec
 from support.pipeline import unique_collection

@@ -44,7 +44,7 @@ from pathlib import Path
 import pytest
 
 from kvldp.cli import build_parser
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.kafka.client_config import kafka_config
 from kvldp.kafka.properties_file import parse_properties
 

@@ -38,8 +38,8 @@ DOCUMENTED = documented()
 def test_the_walk_sees_modules_and_classes() -> None:
     names = {what for _, what, _ in DOCUMENTED}
     assert {
-        "kvldp.common.wire",
-        "kvldp.common.wire.WireFormat",
+        "kvldp.common.messages.wire",
+        "kvldp.common.messages.wire.WireFormat",
         "kvldp.producer.collector.Collector",
     } <= names
 

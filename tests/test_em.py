@@ -1,4 +1,4 @@
-"""Count-based maximum likelihood (kvldp.common.em): the accelerated solver returns EM's fixed point.
+"""Count-based maximum likelihood (kvldp.common.estimation.em): the accelerated solver returns EM's fixed point.
 
 The reference is plain EM written out here (docs/mechanisms.md, *Count EM*), independent of
 the library, run
@@ -25,8 +25,8 @@ import kvldp.common.mechanisms.keysampled as keysampled
 import kvldp.common.mechanisms.pckv_estimate as pckv
 import kvldp.common.mechanisms.privkv as privkv
 import kvldp.common.mechanisms.privkvm_estimate as privkvm
-from kvldp.common import em
-from kvldp.common.em import EMResult, em_counts
+from kvldp.common.estimation import em
+from kvldp.common.estimation.em import EMResult, em_counts
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.privkv import em4_transition
 from kvldp.sim.datasets import generate

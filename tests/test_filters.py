@@ -19,8 +19,8 @@ from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, WINDOW_CLOSED, Ledger, device_hashes
 from kvldp.aggregator.state import AggregatorState
 from kvldp.aggregator.tag_index import TagIndex
-from kvldp.common.collection import Collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec, kvue_collection
 

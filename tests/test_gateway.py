@@ -28,8 +28,8 @@ from aiokafka import AIOKafkaConsumer
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.state import AggregatorState
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import WireFormat
 from kvldp.gateway.endpoint import Gateway, GatewaySettings
 from kvldp.gateway.signing import PrivateKey, generate, load_private_key, sign_token
 from kvldp.gateway.tokens import KeySource, TokenVerifier

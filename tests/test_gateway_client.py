@@ -27,10 +27,10 @@ import numpy as np
 import pytest
 
 from kvldp.cli import main
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer import (
     Collector,
     GatewayUnavailable,

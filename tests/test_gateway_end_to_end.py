@@ -37,8 +37,8 @@ import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from kvldp.broker.apache_kafka import ApacheKafka
-from kvldp.common.collection import Collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import WireFormat
 from kvldp.gateway.signing import load_private_key, sign_token
 from kvldp.producer.collector import Collector
 from kvldp.producer.gateway_client import GatewayTransport

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaConnectionError
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.aggregator.statetopic import Entry
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 
 from support.pipeline import unique_collection
 

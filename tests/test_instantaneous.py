@@ -27,8 +27,7 @@ import pytest
 
 from kvldp.aggregator.devices import epsilon_per_charge
 from kvldp.cli import main
-from kvldp.common.collection_file import load_collection
-from kvldp.common.instantaneous import (
+from kvldp.common.channel.instantaneous import (
     BitsOutput,
     SymbolOutput,
     TernaryOutput,
@@ -36,15 +35,16 @@ from kvldp.common.instantaneous import (
     solve_contrast,
     symbol_kernel,
 )
-from kvldp.common.kvdata import KVData
+from kvldp.common.channel.output_model import DenseModel, OutputModel, compose_model
+from kvldp.common.config.collection_file import load_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import create, names
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.pckv import PCKV
 from kvldp.common.mechanisms.pckv_budget import composed_probabilities
-from kvldp.common.output_model import DenseModel, OutputModel, compose_model
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import pack_bits
-from kvldp.common.privacy_audit import audit
+from kvldp.common.spec.params import InvalidParameter
 
 from support import population_for
 

@@ -24,12 +24,12 @@ import numpy as np
 import pytest
 
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.instantaneous import epsilon_per_send_bound, kept_and_other, symbol_kernel
-from kvldp.common.kvdata import KVData
-from kvldp.common.memo import memoized_report, state_of
-from kvldp.common.wire import WireFormat
+from kvldp.common.channel.instantaneous import epsilon_per_send_bound, kept_and_other, symbol_kernel
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.guarantees.memo import memoized_report, state_of
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer import Collector, ReportStatus
 
 from support import record_and_fold, run_kvldp

@@ -1,4 +1,4 @@
-"""The 95% intervals of :mod:`kvldp.common.intervals`: clipped intervals, Fieller's set for a
+"""The 95% intervals of :mod:`kvldp.common.estimation.intervals`: clipped intervals, Fieller's set for a
 ratio against a brute-force grid, and its coverage by simulation (docs/mechanisms.md,
 *Calibration of standard errors*)."""
 
@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 
-from kvldp.common.estimate import Z95
-from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
+from kvldp.common.estimation.estimate import Z95
+from kvldp.common.estimation.intervals import clipped_interval, fieller_interval, interval_stderr
 
 
 def test_clipped_interval_keeps_the_range_and_collapses_outside_it() -> None:

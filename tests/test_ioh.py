@@ -18,21 +18,21 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.conditional import (
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import InvalidReport
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.conditional import (
     Condition,
     ConditionalQuery,
     ProductSet,
     conditional_truth,
     parse_query,
 )
-from kvldp.common.kvdata import KVData
+from kvldp.common.guarantees.privacy_audit import audit, max_log_ratio
 from kvldp.common.mechanisms.base import Mechanism, UnknownEstimator
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.mechanisms.registry import get
-from kvldp.common.params import InvalidParameter
-from kvldp.common.privacy_audit import audit, max_log_ratio
-from kvldp.common.schema import InvalidReport
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter
 
 from support.conditional import (
     NAMES,

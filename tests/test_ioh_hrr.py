@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.conditional import ConditionalQuery, InvalidQuery, conditional_truth, parse_query
+from kvldp.common.estimation.conditional import ConditionalQuery, InvalidQuery, conditional_truth, parse_query
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.ioh_hrr import IOHHRR, coefficient_set, digit_weights
 from kvldp.sim.datasets import generate

@@ -29,7 +29,7 @@ from aiokafka.errors import (
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.apache_kafka import ApacheKafka, KafkaSecurity, ScramUser
 from kvldp.broker.child_process import BrokerError
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.gateway.signing import load_private_key, sign_token
 from kvldp.kafka.client_config import kafka_config

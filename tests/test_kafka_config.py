@@ -17,7 +17,7 @@ from kvldp.aggregator.dlq import dlq_producer
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.statetopic import StateFollower, StateTopic
 from kvldp.aggregator.topics import under_replicated, wanted_topics
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.kafka.client_config import (
     KNOWN_KEYS,
     InvalidKafkaConfig,

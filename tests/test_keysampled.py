@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.em import em_counts
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.em import em_counts
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
 from kvldp.common.mechanisms.privkv import em4_transition, lpp_transition
 from kvldp.common.primitives import rr_keep
-from kvldp.common.privacy_audit import audit
-from kvldp.common.stats import Stats
 from kvldp.sim import datasets
 
 P1_EPS1 = 0.7310585786300049  # e / (e + 1)

@@ -14,13 +14,13 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS
 from kvldp.common.mechanisms.kvue_multi import KVUEMulti, auto_t, frequency_variance_factor
-from kvldp.common.params import InvalidParameter
-from kvldp.common.privacy_audit import audit
+from kvldp.common.spec.params import InvalidParameter
 from kvldp.evaluation.prediction import predict
 from kvldp.sim.datasets import GENERATORS
 

@@ -7,10 +7,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms import names
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 
 NOW = 1_800_000_000_000
 

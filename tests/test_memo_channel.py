@@ -1,8 +1,8 @@
 """The memoized channel is the mechanism's own channel.
 
-Over device secrets, the report :func:`kvldp.common.memo.memoized_report` derives for a state
+Over device secrets, the report :func:`kvldp.common.guarantees.memo.memoized_report` derives for a state
 must have exactly the distribution the mechanism's client gives that state (values +-1),
-whose exact per-report audit (``kvldp.common.privacy_audit``) is the one the collection passes. Checked
+whose exact per-report audit (``kvldp.common.guarantees.privacy_audit``) is the one the collection passes. Checked
 by a chi-square homogeneity test against the client's own reports (alpha = 1e-6), and the
 audit itself on the same mechanism.
 """
@@ -15,10 +15,10 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.guarantees.memo import State, memoized_report
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import create
-from kvldp.common.memo import State, memoized_report
-from kvldp.common.privacy_audit import audit
 
 
 def chi_square_even_df_sf(x: float, df: int) -> float:

@@ -11,7 +11,7 @@ compared with the Monte Carlo spread of the estimates:
   counts each device once, at its latest report: it estimates the devices' latest state.
 
 Memo entries are drawn here with the vectorised client and one generator per repeat
-instead of one HMAC-keyed generator per device (``kvldp.common.memo``), which would cost
+instead of one HMAC-keyed generator per device (``kvldp.common.guarantees.memo``), which would cost
 ~70 us per device-state in Python. Given the device's state both give the mechanism's
 output distribution, and the keyed derivation itself is tested in
 ``tests/test_device_privacy.py``; what this test needs is the memo *logic* — alpha-point
@@ -32,10 +32,10 @@ import pytest
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.refit import refit
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec
 

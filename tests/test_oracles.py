@@ -8,18 +8,18 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.em import em_counts
-from kvldp.common.estimate import Z95
-from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.channel.output_model import DenseModel
+from kvldp.common.data.kvdata import InvalidUserData, KVData
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.em import em_counts
+from kvldp.common.estimation.estimate import Z95
+from kvldp.common.guarantees.privacy_audit import audit, max_log_ratio
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.fhr import FHR
 from kvldp.common.mechanisms.grr import GRR, grr_mle
 from kvldp.common.mechanisms.olh import olh_hash
-from kvldp.common.output_model import DenseModel
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import fwht, hadamard_entry, mix64
-from kvldp.common.privacy_audit import audit, max_log_ratio
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter
 from kvldp.evaluation.calibration import calibrate
 from kvldp.sim.datasets import generate
 

@@ -13,8 +13,8 @@ import pytest
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.cli import main
-from kvldp.common.collection_file import load_collection
-from kvldp.common.path_checks import UnusablePath, readable_file, writable_directory, writable_file
+from kvldp.common.config.collection_file import load_collection
+from kvldp.common.files.path_checks import UnusablePath, readable_file, writable_directory, writable_file
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import InvalidDeviceState
 

@@ -15,14 +15,14 @@ import pytest
 
 import kvldp.common.mechanisms.pckv as pckv
 from kvldp.common import primitives
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import InvalidReport, from_rows, row
+from kvldp.common.data.stats import Stats, StatsMismatch
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import registry
 from kvldp.common.mechanisms.padding import slot_weights
 from kvldp.common.mechanisms.pckv import PCKV, PCKVGRR, PCKVUE, pad_and_sample
-from kvldp.common.params import InvalidParameter
-from kvldp.common.privacy_audit import audit
-from kvldp.common.schema import InvalidReport, from_rows, row
-from kvldp.common.stats import Stats, StatsMismatch
+from kvldp.common.spec.params import InvalidParameter
 
 from support.pckv import MECHS, population
 

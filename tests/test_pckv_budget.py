@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms.pckv import PCKVGRR, PCKVUE
 from kvldp.common.mechanisms.pckv_budget import (
     pckv_grr_gh,
@@ -19,7 +20,6 @@ from kvldp.common.mechanisms.pckv_budget import (
     theorem3_epsilon,
     utility_gh,
 )
-from kvldp.common.privacy_audit import audit
 
 
 # ---------------------------------------------------------------------- worked numbers (docs/mechanisms.md, *PCKV worked numbers*)

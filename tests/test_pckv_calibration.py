@@ -1,6 +1,6 @@
 """Calibration of PCKV's intervals and standard errors (docs/mechanisms.md, *PCKV intervals*;
 :meth:`kvldp.common.mechanisms.pckv_estimate.PCKVEstimation.inference_basis`) and the
-clipped-normal RMSE they use (:mod:`kvldp.common.clipped_normal`).
+clipped-normal RMSE they use (:mod:`kvldp.common.estimation.clipped_normal`).
 
 Tolerances: coverage within 4 sqrt(0.95 * 0.05 / pairs) of 0.95; the median over 50 keys
 of (mean stderr)/(RMSE over R = 24 collections) within 0.15 of 1 (the per-key ratio has
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kvldp.common.clipped_normal import clipped_rmse
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.clipped_normal import clipped_rmse
 from kvldp.common.mechanisms import create
-from kvldp.common.stats import Stats
 from kvldp.evaluation.calibration import calibrate
 from kvldp.sim import datasets
 

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 import numpy as np
 import pytest
 
-from kvldp.common.em import em_counts
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.em import em_counts
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.pckv import PCKV, PCKVGRR, PCKVUE
-from kvldp.common.stats import Stats
 
 from support.pckv import MECHS, population
 

@@ -9,10 +9,10 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms.padding import slot_weights
 from kvldp.common.mechanisms.pckv import PCKV
-from kvldp.common.stats import Stats
 
 from support.pckv import MECHS, population
 

@@ -20,12 +20,12 @@ from kvldp.aggregator.state import CheckpointStore
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import load_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import load_collection
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.padding import slot_weights
-from kvldp.common.recording import read_recording
+from kvldp.common.messages.recording import read_recording
 from kvldp.producer.collector import Collector
 from kvldp.reliability.processes import Samples
 from kvldp.sim import simulate

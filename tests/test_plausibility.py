@@ -12,17 +12,17 @@ import numpy as np
 import pytest
 from numpy.typing import NDArray
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.channel.output_model import DenseModel
+from kvldp.common.channel.plausibility import FALSE_REFUSAL_BOUND, RefusalRule, next_refusal_mass, set_bits
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.mechanisms import registry
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.mechanisms.ioh_hrr import IOHOUE
 from kvldp.common.mechanisms.pckv import PCKVUE
 from kvldp.common.mechanisms.ue import OUE, SUE
-from kvldp.common.output_model import DenseModel
-from kvldp.common.plausibility import FALSE_REFUSAL_BOUND, RefusalRule, next_refusal_mass, set_bits
 from kvldp.common.primitives import pack_bits
-from kvldp.common.schema import ReportBatch
 
 #: (mechanism, d, epsilon, params): typical settings, where the rule refuses something
 TYPICAL = [
@@ -59,7 +59,7 @@ def _rule(mech: Mechanism) -> RefusalRule:
 
 def _class_pmf(mech: Mechanism) -> NDArray[np.float64]:
     """The per-class pmf the rule was built from, recomputed independently of it."""
-    from kvldp.common.plausibility import binomial_pmf, plus_bernoulli
+    from kvldp.common.channel.plausibility import binomial_pmf, plus_bernoulli
 
     if isinstance(mech, PCKVUE):
         real = plus_bernoulli(binomial_pmf(mech.d - 1, mech.client_b), mech.client_a)

@@ -12,7 +12,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer.collector import Collector
 from kvldp.sim import simulate
 

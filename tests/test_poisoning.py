@@ -1,4 +1,4 @@
-"""The poisoning tests of :mod:`kvldp.common.poisoning`: the state counts are exactly
+"""The poisoning tests of :mod:`kvldp.common.untrusted.poisoning`: the state counts are exactly
 unbiased for every key-value mechanism, their standard errors are right, the score's
 false-alarm rate on genuine populations is the computed one, and what has no basis is
 refused."""
@@ -10,10 +10,11 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import StatsMismatch
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import Mechanism
-from kvldp.common.poisoning import (
+from kvldp.common.untrusted.poisoning import (
     ALERT_SCORE,
     MAX_SCORE,
     false_alarm_rate,
@@ -21,8 +22,7 @@ from kvldp.common.poisoning import (
     poisoning_reports,
     score,
 )
-from kvldp.common.poisoning_states import StateShares, covers, state_shares
-from kvldp.common.stats import StatsMismatch
+from kvldp.common.untrusted.poisoning_states import StateShares, covers, state_shares
 from kvldp.sim.datasets import generate
 
 KEY_VALUE = [

@@ -1,6 +1,6 @@
 """The deploy stack's poisoning alerts: promtool accepts the rules, its rule unit tests
 fire them at the alert score and not below, the threshold is
-:data:`kvldp.common.poisoning.ALERT_SCORE`, and Prometheus of the compose stack loads the
+:data:`kvldp.common.untrusted.poisoning.ALERT_SCORE`, and Prometheus of the compose stack loads the
 rules file from where it is mounted."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from kvldp.common.poisoning import ALERT_SCORE
+from kvldp.common.untrusted.poisoning import ALERT_SCORE
 
 from support.deploy import COMPOSE, DEPLOY
 from support.promtool import check_rules

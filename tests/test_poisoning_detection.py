@@ -16,10 +16,10 @@ import pytest
 
 from kvldp.attacks.fakes import fake_reports
 from kvldp.attacks.target import Target
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import Mechanism
-from kvldp.common.poisoning import ALERT_SCORE, PoisoningReport, poisoning_reports
+from kvldp.common.untrusted.poisoning import ALERT_SCORE, PoisoningReport, poisoning_reports
 from kvldp.sim.datasets import generate
 
 #: share of the genuine devices that report inside the newest window

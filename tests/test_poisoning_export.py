@@ -15,9 +15,9 @@ from kvldp.aggregator.refit import jump_windows, refit
 from kvldp.aggregator.state import AggregatorState
 from kvldp.attacks.fakes import fake_reports
 from kvldp.attacks.target import Target
-from kvldp.common.collection import Collection
-from kvldp.common.poisoning import ALERT_SCORE
-from kvldp.common.stats import Stats
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.stats import Stats
+from kvldp.common.untrusted.poisoning import ALERT_SCORE
 from kvldp.sim.datasets import generate
 
 from support.pipeline import unique_collection

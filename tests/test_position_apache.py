@@ -15,7 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.apache_kafka import ApacheKafka
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.producer.collector import Collector
 
 from support.pipeline import scrape, start, unique_collection, wait_for

@@ -24,7 +24,7 @@ from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_a
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 
 from support.pipeline import unique_collection
 from support.stand_in import Reports, StandInConsumer, aggregator, no_topic_admin, same_stats

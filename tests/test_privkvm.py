@@ -7,13 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.mechanisms.privkvm_estimate import virtual_iterations
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.primitives import rr_keep
-from kvldp.common.privacy_audit import audit
 
 
 def population(n: int, rng: np.random.Generator) -> KVData:

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms import create
 from kvldp.evaluation.calibration import calibrate
 

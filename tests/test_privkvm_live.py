@@ -16,12 +16,12 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.control_record import Control, control_topic
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.control_record import Control, control_topic
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer.collector import Collector
 from kvldp.producer.control_follower import ControlFollower
 from kvldp.producer.device_state import DeviceState, ReportStatus

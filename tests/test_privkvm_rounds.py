@@ -19,16 +19,16 @@ from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState, CheckpointStore
 from kvldp.aggregator.tag_index import TagIndex
-from kvldp.common.collection import Collection
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.control_record import Control, InvalidControl, decode_control
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
 from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
-from kvldp.common.stats import Stats
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.control_record import Control, InvalidControl, decode_control
+from kvldp.common.messages.wire import WireFormat
+from kvldp.common.spec.collection_fields import InvalidCollection
 from kvldp.producer.batching import BatchingRefused, check_batching
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState, ReportStatus
 

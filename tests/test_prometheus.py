@@ -26,7 +26,7 @@ import trustme
 from kvldp import dashboard
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.tansu import BrokerError, EmbeddedBroker
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.producer.collector import Collector
 from kvldp.sim import simulate
 from kvldp.web.security import HttpSecurity

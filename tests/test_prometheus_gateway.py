@@ -18,7 +18,7 @@ import pytest
 
 from kvldp import dashboard
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.gateway.endpoint import Gateway, GatewaySettings
 from kvldp.gateway.signing import generate, load_private_key, sign_token
 from kvldp.gateway.tokens import KeySource, TokenVerifier

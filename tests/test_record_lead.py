@@ -10,12 +10,12 @@ import pytest
 
 from kvldp.aggregator.ingest import Plan, plan
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.collection_file import collection_table, parse_collection
-from kvldp.common.kvdata import KVData
-from kvldp.common.schema import row
-from kvldp.common.wire import REASONS, RECORD_FUTURE, WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import collection_table, parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import row
+from kvldp.common.messages.wire import REASONS, RECORD_FUTURE, WireFormat
+from kvldp.common.spec.collection_fields import InvalidCollection
 
 from support import Rec
 

@@ -19,9 +19,9 @@ import math
 import numpy as np
 import pytest
 
+from kvldp.common.estimation.robust import FALSE_ALARM, gain_order, remove_excess, report_excess
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import UnknownEstimator
-from kvldp.common.robust import FALSE_ALARM, gain_order, remove_excess, report_excess
 from kvldp.sim import datasets
 
 from support.fakes import attacked
@@ -104,7 +104,7 @@ def test_a_flagged_key_has_honest_error_bars_under_attack(name: str) -> None:
     holds = rng.random(n) < 0.3
     values = np.where(rng.random(n) < 0.75, 0.5, -0.5)
     pairs = [{0: float(v)} if h else {} for h, v in zip(holds, values, strict=True)]
-    from kvldp.common.kvdata import KVData
+    from kvldp.common.data.kvdata import KVData
 
     users = KVData.from_pairs(d, pairs)
     true_f, true_m = users.truth()

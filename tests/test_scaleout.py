@@ -20,7 +20,7 @@ from kvldp.aggregator.statetopic import Snapshots, StateFollower, StateTopic, de
 from kvldp.aggregator.topics import STATE_TOPIC_CONFIG
 from kvldp.bench.fleet_scale import Fleet, fleet_collection
 from kvldp.broker.apache_kafka import ApacheKafka
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.producer.collector import Collector
 from kvldp.reliability.cluster import count_records

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.errors import KvldpError
 from kvldp.producer import Collector, KafkaUnreachable, ReportStatus
 

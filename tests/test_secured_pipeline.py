@@ -31,7 +31,7 @@ from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.state import AggregatorState
 from kvldp.broker.apache_kafka import ApacheKafka
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig, kafka_config
 from kvldp.kafka.client_start import KafkaStartError
 from kvldp.producer.collector import Collector

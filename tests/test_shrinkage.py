@@ -1,4 +1,4 @@
-"""Empirical-Bayes shrinkage (:mod:`kvldp.common.shrinkage`) on the normal-normal model it
+"""Empirical-Bayes shrinkage (:mod:`kvldp.common.estimation.shrinkage`) on the normal-normal model it
 assumes: the fitted prior, the gain over the raw estimates, and standard errors that
 match the errors where the prior's spread is identified and are not understated where
 it is not.
@@ -14,7 +14,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from kvldp.common.shrinkage import Shrunk, fit_prior, shrink
+from kvldp.common.estimation.shrinkage import Shrunk, fit_prior, shrink
 
 
 def draw(keys: int, mu: float, tau: float, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -11,11 +11,11 @@ import pytest
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledgerkey import ledger_key
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, CheckpointStore
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import row
 from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
-from kvldp.common.schema import row
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec
 

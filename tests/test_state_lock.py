@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kvldp.common import file_lock
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.files import file_lock
 from kvldp.producer import Collector, LockTimeout, PrivacyBudgetExhausted, ReportStatus
 from kvldp.producer.device_state import DeviceState, InvalidDeviceState
 

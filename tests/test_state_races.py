@@ -47,7 +47,7 @@ import msgpack
 import pytest
 
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection_file import load_collection
+from kvldp.common.config.collection_file import load_collection
 from kvldp.producer.device_state import DeviceState, period_of
 
 from support import record_and_fold

@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from kvldp.common.collection_fields import InvalidCollection, integer, positive_integer
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create
-from kvldp.common.params import InvalidParameter
-from kvldp.common.privacy import InvalidPrivacy, parse_privacy
+from kvldp.common.spec.collection_fields import InvalidCollection, integer, positive_integer
+from kvldp.common.spec.params import InvalidParameter
+from kvldp.common.spec.privacy import InvalidPrivacy, parse_privacy
 from kvldp.common.typed_fields import boolean, expected, number, text, text_list
 from kvldp.common.typed_fields import integer as read_integer
 

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.schema import row
 from kvldp.common.mechanisms import names
-from kvldp.common.schema import row
-from kvldp.common.wire import REASONS, WireFormat
+from kvldp.common.messages.wire import REASONS, WireFormat
 
 from support import FAST_PARAMS, population_for
 

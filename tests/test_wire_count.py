@@ -12,10 +12,10 @@ import msgpack
 import numpy as np
 import pytest
 
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms import names
-from kvldp.common.wire import WireError, WireFormat
+from kvldp.common.messages.wire import WireError, WireFormat
 
 NOW = 1_800_000_000_000
 DAY_MS = 86_400_000

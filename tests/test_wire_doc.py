@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.mechanisms import names
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer.pairs import users_from_pairs
 
 from support.package import REPO

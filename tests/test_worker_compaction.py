@@ -11,11 +11,11 @@ from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.merged import MergedExporter
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.statetopic import decode
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
-from kvldp.common.schema import row
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import row
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec
 from support.snapshots import single_snapshot

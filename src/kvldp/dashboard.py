@@ -54,7 +54,7 @@ from grafana_foundation_sdk.models.dashboard import (
 )
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
-from kvldp.common.poisoning import ALERT_SCORE
+from kvldp.common.untrusted.poisoning import ALERT_SCORE
 
 DATASOURCE = {"type": "prometheus", "uid": "kvldp-prometheus"}
 SEL = 'collection=~"$collection"'

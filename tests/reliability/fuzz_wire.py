@@ -12,8 +12,8 @@ import sys
 import atheris
 
 with atheris.instrument_imports(include=["kvldp.common"]):
-    from kvldp.common.collection_file import parse_collection
-    from kvldp.common.wire import REASONS, WireFormat
+    from kvldp.common.config.collection_file import parse_collection
+    from kvldp.common.messages.wire import REASONS, WireFormat
 
 NOW_MS = 1_800_000_000_000
 WIRES = [

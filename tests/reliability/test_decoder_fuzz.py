@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.common.mechanisms import names
-from kvldp.common.wire import REASONS, WireFormat
+from kvldp.common.messages.wire import REASONS, WireFormat
+from kvldp.common.spec.collection_fields import InvalidCollection
 from kvldp.reliability.hostile import ANY, HostileFactory
 
 from support import run

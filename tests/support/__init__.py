@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms import create, get
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.itemoracle import ItemOracle

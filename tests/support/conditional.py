@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvldp.common.conditional import ProductSet
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.estimation.conditional import ProductSet
 
 NAMES = ("hamburger", "fries", "pepsi")
 H, F, P = 0, 1, 2

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvldp.common.data.schema import ReportBatch
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms.base import Mechanism
-from kvldp.common.schema import ReportBatch
-from kvldp.common.stats import Stats
 
 #: the maximal-gain symbol of each key-sampled mechanism, and its absent-state symbol
 KEY_SAMPLED_SYMBOLS: dict[str, tuple[int, int]] = {

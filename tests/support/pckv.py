@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms.pckv import PCKV, PCKVGRR, PCKVUE
 
 MECHS: tuple[type[PCKV], ...] = (PCKVUE, PCKVGRR)

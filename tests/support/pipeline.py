@@ -12,10 +12,10 @@ from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import collection_toml as to_toml
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.control_record import Control, InvalidControl, control_topic, decode_control
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import collection_toml as to_toml
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.messages.control_record import Control, InvalidControl, control_topic, decode_control
 from kvldp.kafka.topic_partitions import topic_partitions
 from kvldp.reliability.oracle import replay_oracle as oracle
 from kvldp.reliability.processes import scrape

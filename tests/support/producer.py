@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 
 
 def phones(privacy: dict[str, Any] | None = None, name: str = "phones") -> Collection:

@@ -4,7 +4,7 @@ read back with :func:`kvldp.aggregator.statetopic.decode`."""
 from __future__ import annotations
 
 from kvldp.aggregator.state import AggregatorState, PartitionState
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 
 
 def single_snapshot(collection: Collection, partition: int, state: PartitionState) -> bytes:

@@ -20,10 +20,10 @@ from aiokafka import TopicPartition
 from aiokafka.errors import OffsetOutOfRangeError
 
 from kvldp.aggregator.service import Aggregator
-from kvldp.common.collection import Collection
-from kvldp.common.kvdata import KVData
-from kvldp.common.stats import Stats
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
+from kvldp.common.messages.wire import WireFormat
 
 from support import Rec
 

@@ -23,8 +23,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import DeviceState
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from aiokafka import AIOKafkaConsumer
 
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.lean_records import install as install_lean_records
 from kvldp.kafka.lean_records import lean

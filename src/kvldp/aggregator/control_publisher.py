@@ -2,7 +2,7 @@
 
 The aggregator (role ``all``) owns ``kvldp.<name>.control``: a compacted topic of one
 partition whose records are keyed by the collection name, so the latest one is the
-protocol's state (:mod:`kvldp.common.control_record`). Every publication waits for ``acks=all``
+protocol's state (:mod:`kvldp.common.messages.control_record`). Every publication waits for ``acks=all``
 before the aggregator moves on: a round counts as announced only once the record is on
 every in-sync replica.
 
@@ -20,9 +20,9 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from kvldp.aggregator.round_state import RoundState
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import Control, InvalidControl, control_topic, decode_control
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.messages.control_record import Control, InvalidControl, control_topic, decode_control
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
 

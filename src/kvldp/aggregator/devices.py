@@ -1,6 +1,6 @@
 """Per-device book of one partition: what each device spent, and its latest report.
 
-Kept for collections with a ``[privacy]`` table (see :mod:`kvldp.common.privacy`), next to the
+Kept for collections with a ``[privacy]`` table (see :mod:`kvldp.common.spec.privacy`), next to the
 statistics of each partition (so checkpoints and scale-out hand-overs carry it). A device
 is its record key, stored as ``HMAC-SHA256(ledger key, device id)[:8]`` like the budget
 ledger's, never as an id; a device's reports stay in one partition because the key picks it.
@@ -13,7 +13,7 @@ ledger's, never as an id; a device's reports stay in one partition because the k
 * **An upper bound, with instantaneous randomization.** There every send is randomized
   again and no two payloads are alike, so payloads no longer show states: the book
   counts every report R of a device instead, and exports R x the per-send bound c
-  (:func:`kvldp.common.instantaneous.epsilon_per_send_bound`) as
+  (:func:`kvldp.common.channel.instantaneous.epsilon_per_send_bound`) as
   ``kvldp_device_privacy_spent_epsilon_upper_bound``. A device's true spend is the sum
   over its states of what that state's sends reveal, at most eps_inf each; however the
   R sends fall into states it is at most R c, so the figure is never below the truth,
@@ -41,8 +41,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.aggregator.tag_index import RowCounts, TagIndex, grown
-from kvldp.common.collection import Collection
-from kvldp.common.schema import ReportBatch
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import ReportBatch
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]

@@ -50,7 +50,7 @@ Metric names and labels are a contract:
   ``kvldp_poisoning_population_score{collection,estimator,window}`` for the
   population-level tests (PCKV's padded share); ``estimator`` is ``unbiased``, the basis
   the tests use whatever estimators the collection configures;
-  :mod:`kvldp.common.poisoning`, docs/detection.md;
+  :mod:`kvldp.common.untrusted.poisoning`, docs/detection.md;
 * ``kvldp_refit_duration_seconds{collection}`` (histogram),
   ``kvldp_last_refit_timestamp_seconds{collection}``, ``kvldp_em_iterations{collection,window}``;
 * the service's view of its Kafka cluster, registered here by the aggregator and the
@@ -91,10 +91,10 @@ from kvldp.aggregator.devices import epsilon_per_charge
 from kvldp.aggregator.refit import Snapshot, condition_label, refit
 from kvldp.aggregator.round_state import mask_costs
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import interactive_mechanism
+from kvldp.common.config.collection import Collection
 from kvldp.common.mechanisms.pckv import PCKV
-from kvldp.common.wire import REASONS
+from kvldp.common.messages.control_record import interactive_mechanism
+from kvldp.common.messages.wire import REASONS
 from kvldp.web.limits import Limits
 from kvldp.web.security import HttpSecurity
 from kvldp.web.server import WebServer

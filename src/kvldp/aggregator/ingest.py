@@ -25,10 +25,10 @@ from kvldp.aggregator.devices import charges_distinct_payloads
 from kvldp.aggregator.ledger import ADMITTED, OVER_BUDGET, Charges, device_hashes
 from kvldp.aggregator.round_state import RoundState
 from kvldp.aggregator.state import AggregatorState, PartitionState
-from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
+from kvldp.common.data.schema import ReportBatch
+from kvldp.common.messages.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
+from kvldp.common.messages.wire import RECORD_FUTURE, Decoded, WireFormat
 from kvldp.common.primitives import IntArray
-from kvldp.common.schema import ReportBatch
-from kvldp.common.wire import RECORD_FUTURE, Decoded, WireFormat
 
 
 class Record(Protocol):
@@ -266,7 +266,7 @@ def _refuse_ahead(
 def _reject_batches(
     message: IntArray, keep: NDArray[np.bool_], fresh: Sequence[Record], rejected: list[Rejected]
 ) -> None:
-    """Refuse every message carrying several reports (:mod:`kvldp.common.message_rules`)."""
+    """Refuse every message carrying several reports (:mod:`kvldp.common.messages.message_rules`)."""
     messages, counts = np.unique(message, return_counts=True)
     for m in messages[counts > 1]:
         r = fresh[int(m)]

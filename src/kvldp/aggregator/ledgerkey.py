@@ -12,9 +12,9 @@ import os
 import secrets
 from pathlib import Path
 
-from kvldp.common.atomic_file import create_once
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.files.atomic_file import create_once
 
 LEDGER_KEY_ENV = "KVLDP_LEDGER_KEY"
 

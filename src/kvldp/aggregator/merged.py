@@ -25,7 +25,7 @@ from kvldp.aggregator.snapshot_wait import SnapshotWait
 from kvldp.aggregator.state import CheckpointMismatch
 from kvldp.aggregator.statetopic import StateFollower, decode
 from kvldp.aggregator.topics import ensure_topics
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.reachability import Reachability
 from kvldp.kafka.shutdown import STOP_GRACE_S, close_within

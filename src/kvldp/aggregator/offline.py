@@ -17,11 +17,11 @@ from typing import Any
 from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.refit import refit
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import is_interactive
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.recording import check_header, read_recording
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.control_record import is_interactive
+from kvldp.common.messages.recording import check_header, read_recording
+from kvldp.common.messages.wire import WireFormat
 
 #: records decoded per step (bounds memory on large recordings)
 STEP = 50_000

@@ -5,7 +5,7 @@ the number of reports). It runs off the consume loop; the exporter reads the new
 :class:`Snapshot` by reference, so a scrape never sees a half-updated set of values.
 EM is warm-started from the previous snapshot's fit of the same window (the
 mechanisms ignore a warm start where their model is not identifiable). Every window of
-a key-value collection also gets its poisoning tests (:mod:`kvldp.common.poisoning`):
+a key-value collection also gets its poisoning tests (:mod:`kvldp.common.untrusted.poisoning`):
 the shortest finite window is the newest, tested for a jump against the rest of the
 longest window.
 """
@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.conditional import ConditionalEstimate, ConditionalQuery
-from kvldp.common.estimate import Estimate
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.conditional import ConditionalEstimate, ConditionalQuery
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.common.mechanisms.ioh import JointStateMechanism
 from kvldp.common.mechanisms.pckv import PCKV
 from kvldp.common.mechanisms.pckv_padded import PaddedShare
-from kvldp.common.poisoning import PoisoningReport, poisoning_reports
-from kvldp.common.stats import Stats
+from kvldp.common.untrusted.poisoning import PoisoningReport, poisoning_reports
 
 
 @dataclass(frozen=True)

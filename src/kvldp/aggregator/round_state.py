@@ -31,11 +31,11 @@ import numpy as np
 from numpy.typing import NDArray
 
 from kvldp.aggregator.tag_index import grown
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import Control, interactive_mechanism
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
+from kvldp.common.messages.control_record import Control, interactive_mechanism
 from kvldp.common.primitives import FloatArray
-from kvldp.common.schema import ReportBatch
 
 U64 = NDArray[np.uint64]
 I64 = NDArray[np.int64]

@@ -61,10 +61,10 @@ from kvldp.aggregator.snapshot_wait import SnapshotWait
 from kvldp.aggregator.state import CheckpointMismatch, CheckpointStore
 from kvldp.aggregator.statetopic import Entry, StateFollower, StateTopic, decode
 from kvldp.aggregator.topics import ensure_topics
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import is_interactive
-from kvldp.common.path_checks import writable_directory
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.files.path_checks import writable_directory
+from kvldp.common.messages.control_record import is_interactive
+from kvldp.common.messages.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
 from kvldp.kafka.reachability import PROBE_INTERVAL_S, Reachability, transient

@@ -15,9 +15,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import is_interactive
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.messages.control_record import is_interactive
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.web.security import HttpSecurity
 

@@ -45,14 +45,14 @@ from kvldp.aggregator.flagged import FlaggedDevices
 from kvldp.aggregator.ledger import Ledger
 from kvldp.aggregator.round_state import RoundBook, RoundState
 from kvldp.aggregator.tag_index import RowCounts, TagIndex
-from kvldp.common.atomic_file import write_atomically
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import interactive_mechanism, is_interactive
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import ReportBatch
+from kvldp.common.data.stats import Stats
 from kvldp.common.errors import KvldpError
-from kvldp.common.file_lock import FileLock, LockTimeout
+from kvldp.common.files.atomic_file import write_atomically
+from kvldp.common.files.file_lock import FileLock, LockTimeout
+from kvldp.common.messages.control_record import interactive_mechanism, is_interactive
 from kvldp.common.primitives import FloatArray, IntArray
-from kvldp.common.schema import ReportBatch
-from kvldp.common.stats import Stats
 
 FORMAT = "kvldp-checkpoint"
 VERSION = 5

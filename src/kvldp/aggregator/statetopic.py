@@ -45,7 +45,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from kvldp.aggregator.device_segments import Segment
 from kvldp.aggregator.state import AggregatorState, CheckpointMismatch, PartitionState, SegmentReader
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
 from kvldp.kafka.reachability import PROBE_INTERVAL_S, transient

@@ -17,9 +17,9 @@ from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import control_topic, is_interactive
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.messages.control_record import control_topic, is_interactive
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
 

@@ -13,12 +13,12 @@ adds one without touching the experiment.
 * ``robust`` — the ``robust`` estimator instead of the requested ones, for the mechanisms
   that list it in ``estimator_names`` (skipped for the others);
 * ``detection`` — the aggregator's population-level poisoning tests
-  (:mod:`kvldp.common.poisoning`) on the ``all`` window after a refit, as the aggregator
+  (:mod:`kvldp.common.untrusted.poisoning`) on the ``all`` window after a refit, as the aggregator
   computes them: on what it folds, so implausible rows are dropped first, and without the
   time-jump test (an in-process population is poisoned from its first report, so it has
   no newest window to compare). It changes no estimate (they equal ``plausibility``'s);
   it answers whether the operator would have been alerted: a score of the window at or
-  above :data:`~kvldp.common.poisoning.ALERT_SCORE`, and which keys were flagged.
+  above :data:`~kvldp.common.untrusted.poisoning.ALERT_SCORE`, and which keys were flagged.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.common.data.schema import InvalidReport, ReportBatch, batch_len
+from kvldp.common.data.stats import Stats
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import Mechanism
-from kvldp.common.poisoning import ALERT_SCORE, PoisoningReport, poisoning_reports
-from kvldp.common.poisoning_states import covers
-from kvldp.common.schema import InvalidReport, ReportBatch, batch_len
-from kvldp.common.stats import Stats
+from kvldp.common.untrusted.poisoning import ALERT_SCORE, PoisoningReport, poisoning_reports
+from kvldp.common.untrusted.poisoning_states import covers
 
 IMPLAUSIBLE = "implausible_report"
 

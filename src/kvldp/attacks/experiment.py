@@ -33,13 +33,13 @@ import numpy as np
 from kvldp.attacks.defenses import Alarm, Defense
 from kvldp.attacks.fakes import Round, fake_reports
 from kvldp.attacks.target import Target
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch, batch_len, concat
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.base import COLLECT_CHUNK
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.primitives import FloatArray
-from kvldp.common.schema import ReportBatch, batch_len, concat
-from kvldp.common.stats import Stats
 
 #: SeedSequence tags of the genuine and the fake devices' generators
 GENUINE, FAKE = 0x6E, 0xFA

@@ -28,12 +28,12 @@ import numpy as np
 
 from kvldp.attacks import joint_fakes, keyed_fakes, pckv_fakes
 from kvldp.attacks.target import FakeGenerator, Target
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.primitives import FloatArray
-from kvldp.common.schema import ReportBatch
 
 ATTACKS = ("m2ga", "rma", "rkva", "adaptive")
 

@@ -30,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvldp.attacks.target import FakeGenerator, Target
-from kvldp.common.conditional.cells import ABSENT, NEG, POS
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.estimation.conditional.cells import ABSENT, NEG, POS
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.ioh import IOH
 from kvldp.common.mechanisms.ioh_hrr import IOHHRR, state_codes

@@ -29,7 +29,8 @@ from __future__ import annotations
 import numpy as np
 
 from kvldp.attacks.target import FakeGenerator, Target
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism
 from kvldp.common.mechanisms.kvue_multi import KVUEMulti, sample_key_sets
@@ -37,7 +38,6 @@ from kvldp.common.mechanisms.privkv import lpp_perturb
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.primitives import FloatArray, IntArray, disc
-from kvldp.common.schema import ReportBatch
 
 
 def _state(target: Target) -> int:

@@ -26,11 +26,11 @@ from __future__ import annotations
 import numpy as np
 
 from kvldp.attacks.target import FakeGenerator, Target
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.mechanisms import Mechanism
 from kvldp.common.mechanisms.pckv import PCKV
 from kvldp.common.primitives import IntArray, pack_bits
-from kvldp.common.schema import ReportBatch
 
 
 def _pckv(mech: Mechanism) -> PCKV:

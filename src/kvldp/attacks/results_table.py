@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from kvldp.attacks.experiment import Row
-from kvldp.common.atomic_file import write_atomically, write_csv
+from kvldp.common.files.atomic_file import write_atomically, write_csv
 
 #: the first line of every results README the command writes
 TITLE = "Fake devices against the key-value mechanisms"

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.errors import KvldpError
 from kvldp.common.primitives import IntArray
-from kvldp.common.schema import ReportBatch
 from kvldp.common.typed_fields import is_number
 
 if TYPE_CHECKING:

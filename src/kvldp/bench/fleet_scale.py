@@ -42,10 +42,10 @@ from kvldp.aggregator.ingest import plan
 from kvldp.aggregator.ledger import Charges, device_hashes
 from kvldp.aggregator.state import AggregatorState, CheckpointStore, PartitionState
 from kvldp.aggregator.statetopic import Snapshots, decode, snapshot_records
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.schema import row
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.schema import row
+from kvldp.common.messages.wire import WireFormat
 from kvldp.progress import Progress
 from kvldp.sim.simulate import simulate
 

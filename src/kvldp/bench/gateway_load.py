@@ -52,10 +52,10 @@ import numpy as np
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.bench.kafka_throughput import bench_collection
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import collection_toml
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import collection_toml
 from kvldp.common.errors import KvldpError
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 from kvldp.gateway.signing import PrivateKey, generate, load_private_key, sign_token
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.sim import simulate

@@ -35,10 +35,10 @@ from kvldp.aggregator.consumer import FETCH_BYTES, MAX_RECORDS
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.messages.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
 from kvldp.producer.collector import Collector

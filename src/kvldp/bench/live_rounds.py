@@ -26,9 +26,9 @@ import numpy as np
 
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import parse_collection
-from kvldp.common.kvdata import KVData
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import parse_collection
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.mechanisms.privkvm import PrivKVM
 from kvldp.producer.collector import Collector
 from kvldp.sim import simulate

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.conditional import ConditionalQuery
+from kvldp.common.data.schema import batch_len
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.conditional import ConditionalQuery
 from kvldp.common.mechanisms import create, get, names
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.ioh import JointStateMechanism
-from kvldp.common.schema import batch_len
-from kvldp.common.stats import Stats
 from kvldp.progress import Progress
 from kvldp.sim.datasets import generate
 

@@ -48,13 +48,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray
-from kvldp.common.schema import ReportBatch
+from kvldp.common.spec.params import InvalidParameter
 from kvldp.progress import Progress
 from kvldp.sim.datasets import generate
 

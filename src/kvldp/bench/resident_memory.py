@@ -18,7 +18,7 @@ from typing import Any
 
 from kvldp.bench.kafka_throughput import STALL_S, bench_collection, fill
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection_file import collection_toml
+from kvldp.common.config.collection_file import collection_toml
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.reliability.processes import AggregatorProcess, total
 

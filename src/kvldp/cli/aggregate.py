@@ -71,7 +71,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
     from kvldp.aggregator.offline import estimates_json, fold_recording
     from kvldp.aggregator.service import Aggregator
     from kvldp.broker.child_process import port_in_use
-    from kvldp.common.collection_file import load_collection
+    from kvldp.common.config.collection_file import load_collection
     from kvldp.kafka.main_loop import run_async
 
     collection = load_collection(args.collection)

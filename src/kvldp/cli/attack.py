@@ -24,7 +24,7 @@ from kvldp.cli.flags import (
 )
 from kvldp.common.errors import KvldpError
 from kvldp.common.mechanisms import Mechanism, create, get, names
-from kvldp.common.params import parse_assignments
+from kvldp.common.spec.params import parse_assignments
 from kvldp.sim import datasets
 
 
@@ -107,7 +107,7 @@ def _mechanisms(args: argparse.Namespace) -> list[Mechanism]:
         given = [f for f in ("mechanism", "keys", "epsilon", "param") if getattr(args, f) is not None]
         if given:
             raise KvldpError(f"--collection names its mechanism; drop --{', --'.join(given)}")
-        from kvldp.common.collection_file import load_collection
+        from kvldp.common.config.collection_file import load_collection
 
         mechs = [load_collection(args.collection).mechanism]
     else:

@@ -1,10 +1,10 @@
 """``kvldp audit``: the exact privacy audit of a mechanism, or of a collection over a
 device's lifetime.
 
-With ``--mechanism`` it bounds one report (:func:`kvldp.common.privacy_audit.audit`); with
+With ``--mechanism`` it bounds one report (:func:`kvldp.common.guarantees.privacy_audit.audit`); with
 ``--collection`` it adds the lifetime worst case of the collection's memoization and
-budget cap (:mod:`kvldp.common.privacy`), and names the rule, keeper and horizon of every
-epsilon figure (:mod:`kvldp.common.epsilon_rules`). A collection with instantaneous
+budget cap (:mod:`kvldp.common.spec.privacy`), and names the rule, keeper and horizon of every
+epsilon figure (:mod:`kvldp.common.guarantees.epsilon_rules`). A collection with instantaneous
 randomization is audited twice: one report on the composed channel (the device's model
 composed with the randomizer), one state on the device's memoized report. Exit status 1
 reports a violation.
@@ -17,9 +17,9 @@ import math
 
 from kvldp.cli.flags import Subparsers, emit, non_negative_int, positive_float, positive_int
 from kvldp.common.errors import KvldpError
+from kvldp.common.guarantees.privacy_audit import audit
 from kvldp.common.mechanisms import create, names
-from kvldp.common.params import parse_assignments
-from kvldp.common.privacy_audit import audit
+from kvldp.common.spec.params import parse_assignments
 
 
 def register(sub: Subparsers) -> None:
@@ -70,10 +70,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
 
 def _audit_collection(args: argparse.Namespace) -> int:
     """A collection's lifetime worst case over ``--reports`` reports with ``--changes``
-    state changes (kvldp.common.privacy), plus the exact per-report audit of its mechanism."""
-    from kvldp.common.collection_file import load_collection
-    from kvldp.common.epsilon_rules import epsilon_figures
-    from kvldp.common.privacy import lifetime_audit
+    state changes (kvldp.common.spec.privacy), plus the exact per-report audit of its mechanism."""
+    from kvldp.common.config.collection_file import load_collection
+    from kvldp.common.guarantees.epsilon_rules import epsilon_figures
+    from kvldp.common.spec.privacy import lifetime_audit
 
     given = [f"--{flag}" for flag in ("epsilon", "keys", "param") if getattr(args, flag) is not None]
     if given:

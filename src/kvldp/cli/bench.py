@@ -26,7 +26,7 @@ from kvldp.cli.flags import (
     positive_int,
     two_ints,
 )
-from kvldp.common.atomic_file import write_atomically
+from kvldp.common.files.atomic_file import write_atomically
 from kvldp.common.mechanisms import get
 from kvldp.kafka.command_line import add_kafka_args
 from kvldp.reliability import NAMES as SCENARIO_NAMES

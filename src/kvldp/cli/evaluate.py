@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 from kvldp.cli.flags import DirectoryToWrite, Subparsers, emit, positive_float, positive_int
-from kvldp.common.conditional import parse_query
 from kvldp.common.errors import KvldpError
+from kvldp.common.estimation.conditional import parse_query
+from kvldp.common.files.path_checks import writable_directory
 from kvldp.common.mechanisms import create, names
-from kvldp.common.params import parse_assignments
-from kvldp.common.path_checks import writable_directory
+from kvldp.common.spec.params import parse_assignments
 from kvldp.evaluation.scoring import evaluate
 from kvldp.sim import datasets
 

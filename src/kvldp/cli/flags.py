@@ -3,7 +3,7 @@
 argparse ``type=`` functions that check numbers and comma lists (each refusal is one
 argparse error line); path types (:class:`FileToRead`, :class:`FileToWrite`,
 :class:`DirectoryToWrite`) whose paths :func:`check_paths` checks once the whole command
-line is parsed, before the command does anything (:mod:`kvldp.common.path_checks`); and
+line is parsed, before the command does anything (:mod:`kvldp.common.files.path_checks`); and
 :func:`emit`, which prints a command's result as text or as JSON. Every module of
 :mod:`kvldp.cli` that defines flags takes them from here, so the same flag refuses the
 same input with the same words everywhere.
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Self, TypeAlias
 
-from kvldp.common.path_checks import readable_file, writable_directory, writable_file
+from kvldp.common.files.path_checks import readable_file, writable_directory, writable_file
 
 #: what a subcommand module registers its parser on (``kvldp``'s or ``kvldp bench``'s subparsers)
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -78,7 +78,7 @@ class PathFlag(str, ABC):
     @abstractmethod
     def check(self, label: str) -> Path:
         """The path, if the command can use it; else
-        :class:`~kvldp.common.path_checks.UnusablePath` naming it ``label``."""
+        :class:`~kvldp.common.files.path_checks.UnusablePath` naming it ``label``."""
 
 
 class FileToRead(PathFlag):
@@ -104,7 +104,7 @@ class DirectoryToWrite(PathFlag):
 
 def check_paths(args: argparse.Namespace) -> None:
     """Check every path flag of a parsed command line (one-line
-    :class:`~kvldp.common.path_checks.UnusablePath` for the first that cannot be used)."""
+    :class:`~kvldp.common.files.path_checks.UnusablePath` for the first that cannot be used)."""
     for dest, value in vars(args).items():
         for given in value if isinstance(value, list) else [value]:
             if isinstance(given, PathFlag):

@@ -13,7 +13,7 @@ import resource
 
 from kvldp.cli.flags import FileToRead, Subparsers, port_number, positive_float, positive_int
 from kvldp.common.errors import KvldpError
-from kvldp.common.path_checks import readable_file
+from kvldp.common.files.path_checks import readable_file
 from kvldp.kafka.command_line import add_kafka_args, kafka_settings
 
 logger = logging.getLogger("kvldp.gateway")
@@ -74,7 +74,7 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
-    from kvldp.common.collection_file import load_collection
+    from kvldp.common.config.collection_file import load_collection
     from kvldp.gateway.endpoint import Gateway, GatewaySettings
     from kvldp.gateway.tokens import KeySource, TokenVerifier
     from kvldp.kafka.main_loop import run_async

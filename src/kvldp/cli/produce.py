@@ -39,8 +39,8 @@ from kvldp.sim import datasets
 
 if TYPE_CHECKING:
     from kvldp.attacks.target import Target
-    from kvldp.common.collection import Collection
-    from kvldp.common.kvdata import KVData
+    from kvldp.common.config.collection import Collection
+    from kvldp.common.data.kvdata import KVData
     from kvldp.kafka.client_config import KafkaConfig
     from kvldp.producer.bearer_token import TokenFile
     from kvldp.producer.collector import Collector
@@ -198,7 +198,7 @@ def sink(args: argparse.Namespace, collection: Collection) -> Sink:
             if getattr(args, flag) is not None:
                 raise KvldpError(f"--{flag.replace('_', '-')} goes with --endpoint URL")
         return Sink(kafka=kafka_settings(args))
-    from kvldp.common.control_record import is_interactive
+    from kvldp.common.messages.control_record import is_interactive
     from kvldp.producer.bearer_token import TokenFile
     from kvldp.producer.gateway_client import reports_url
 
@@ -238,8 +238,8 @@ def _produce_once(args: argparse.Namespace) -> int:
     import asyncio
 
     from kvldp.cli.produce_summary import Publishing
-    from kvldp.common.collection_file import load_collection
-    from kvldp.common.control_record import is_interactive
+    from kvldp.common.config.collection_file import load_collection
+    from kvldp.common.messages.control_record import is_interactive
     from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.batching import check_batching
     from kvldp.progress import Progress
@@ -305,7 +305,7 @@ def _produce_once(args: argparse.Namespace) -> int:
 def unsent_note(collection: Collection, outcomes: FleetSummary) -> str:
     """The reports the devices' rules kept back, each kind named with its rule (empty when
     every report went): a device does not send what the aggregator would refuse."""
-    from kvldp.common.privacy import format_duration
+    from kvldp.common.spec.privacy import format_duration
 
     aggregate, cap = collection.aggregate, collection.privacy.lifetime_epsilon
     window = format_duration(aggregate.budget_window_s)
@@ -334,8 +334,8 @@ def _produce_with_fakes(args: argparse.Namespace, collection: Collection, to: Si
     from kvldp.attacks.fakes import fake_reports
     from kvldp.attacks.target import InvalidTarget, choose_targets
     from kvldp.cli.produce_summary import Publishing
-    from kvldp.common.control_record import is_interactive
-    from kvldp.common.schema import concat
+    from kvldp.common.data.schema import concat
+    from kvldp.common.messages.control_record import is_interactive
     from kvldp.kafka.main_loop import until_stopped
     from kvldp.progress import Progress
     from kvldp.sim import simulate
@@ -418,7 +418,7 @@ def _produce_rounds_with_fakes(
     from kvldp.attacks.experiment import fake_rng, genuine_rng
     from kvldp.attacks.fakes import Round, fake_reports
     from kvldp.cli.produce_summary import Publishing
-    from kvldp.common.control_record import Control, interactive_mechanism
+    from kvldp.common.messages.control_record import Control, interactive_mechanism
     from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.collector import Collector
     from kvldp.sim import simulate
@@ -476,7 +476,7 @@ def _produce_rounds(
     import asyncio
 
     from kvldp.cli.produce_summary import Publishing
-    from kvldp.common.control_record import control_topic, interactive_mechanism
+    from kvldp.common.messages.control_record import control_topic, interactive_mechanism
     from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.collector import Collector
     from kvldp.progress import Progress
@@ -520,7 +520,7 @@ def _produce_rounds(
 
 def _write_truth(path: Path, truth: dict[str, Any]) -> None:
     """The population's true statistics as JSON, written whole or not at all."""
-    from kvldp.common.atomic_file import write_atomically
+    from kvldp.common.files.atomic_file import write_atomically
 
     write_atomically(path, json.dumps(truth, indent=1).encode(), mode=0o644)
 
@@ -572,7 +572,7 @@ def _produce_periods(args: argparse.Namespace) -> int:
     import asyncio
 
     from kvldp.cli.produce_summary import Publishing
-    from kvldp.common.collection_file import load_collection
+    from kvldp.common.config.collection_file import load_collection
     from kvldp.kafka.main_loop import until_stopped
     from kvldp.producer.batching import check_batching
     from kvldp.progress import Progress

@@ -31,7 +31,7 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_record(args: argparse.Namespace) -> int:
-    from kvldp.common.collection_file import load_collection
+    from kvldp.common.config.collection_file import load_collection
     from kvldp.kafka.main_loop import run_async
     from kvldp.sim.record_replay import record
 

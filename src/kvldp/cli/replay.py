@@ -27,7 +27,7 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from kvldp.common.recording import InvalidRecording, read_recording
+    from kvldp.common.messages.recording import InvalidRecording, read_recording
     from kvldp.kafka.main_loop import run_async
     from kvldp.sim.record_replay import replay
 

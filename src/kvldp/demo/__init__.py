@@ -22,9 +22,9 @@ import dataclasses
 import secrets
 from typing import Any
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import load_collection, parse_collection
-from kvldp.common.control_record import is_interactive
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import load_collection, parse_collection
+from kvldp.common.messages.control_record import is_interactive
 from kvldp.demo.interactive import run_rounds_demo
 from kvldp.demo.periodic import run_periods_demo
 from kvldp.kafka.client_config import KafkaConfig

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.estimate import Estimate
+from kvldp.common.config.collection import Collection
+from kvldp.common.estimation.estimate import Estimate
 
 #: a cell's text before the estimate has any report behind it
 NO_REPORTS = "no reports yet"

@@ -21,7 +21,7 @@ import numpy as np
 from kvldp.aggregator.service import Aggregator
 from kvldp.broker.child_process import port_in_use
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.producer.collector import Collector

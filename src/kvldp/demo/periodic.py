@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from kvldp.aggregator.service import Aggregator
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.demo.estimate_cells import frequency_cell, mean_cell
 from kvldp.demo.live import demo_broker, spent_line, start_aggregator, stop_aggregator, watch
 from kvldp.kafka.client_config import KafkaConfig

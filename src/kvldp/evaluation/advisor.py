@@ -51,8 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms import create
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.kvue_multi import T_MAX

@@ -3,7 +3,7 @@
 One population is perturbed, folded and estimated ``repeats`` times (the mechanism's
 randomness re-drawn each time, the population fixed, as in :mod:`kvldp.evaluation.scoring`),
 and every (collection, key) pair whose truth is defined is checked against the interval
-the estimate exports: the ``[low, high]`` bounds of :class:`~kvldp.common.estimate.Estimate`
+the estimate exports: the ``[low, high]`` bounds of :class:`~kvldp.common.estimation.estimate.Estimate`
 (estimate ± 1.96 standard errors unless the estimator says otherwise). Per quantity
 (frequency, mean) the result holds
 
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvldp.common.estimate import Estimate
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.primitives import FloatArray
 from kvldp.progress import Progress

@@ -1,6 +1,6 @@
 """What an observer of one device's payload stream learns about when its state changed.
 
-A device re-sends the memoized report z of its state (:mod:`kvldp.common.memo`) at every
+A device re-sends the memoized report z of its state (:mod:`kvldp.common.guarantees.memo`) at every
 send; over 2m sends its state changes once, to one whose memoized report is z', at a
 send tau drawn uniformly from 1 .. 2m - 1 (m sends before the change and m after, on
 average). Without instantaneous randomization the payloads are z, ..., z, z', ...:
@@ -33,16 +33,16 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.instantaneous import (
+from kvldp.common.channel.instantaneous import (
     BitsOutput,
     InstantaneousRandomizer,
     RandomizedOutput,
     SymbolOutput,
 )
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.primitives import FloatArray, IntArray
-from kvldp.common.schema import ReportBatch
 
 #: devices scored per block (bounds the (devices, splits, coordinates, values) arrays)
 _BLOCK = 256
@@ -82,7 +82,7 @@ def payloads_equal(first: ReportBatch, second: ReportBatch) -> NDArray[np.bool_]
 
 def rounded_states(users: KVData, alpha: FloatArray, collects_values: bool) -> KVData:
     """The memoization states of ``users``: each value alpha-point rounded to +-1 with the
-    (users, d) offsets ``alpha`` of its device (:func:`kvldp.common.memo.round_values`),
+    (users, d) offsets ``alpha`` of its device (:func:`kvldp.common.guarantees.memo.round_values`),
     all +1 for a frequency oracle, whose state is the key set alone."""
     owner = np.repeat(np.arange(users.n_users), users.sizes)
     signs = np.where(alpha[owner, users.keys] < (1.0 + users.values) / 2.0, 1.0, -1.0)

@@ -31,14 +31,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvldp.common.clipped_normal import normal_cdf
-from kvldp.common.estimate import Z95
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.clipped_normal import normal_cdf
+from kvldp.common.estimation.estimate import Z95
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
 from kvldp.common.primitives import FloatArray
-from kvldp.common.stats import Stats
 
 #: draws of the statistics behind a draw-based prediction (its Monte-Carlo error is
 #: about 1/sqrt(2 DRAWS) = 5% of the predicted MSE per key, less on the average over keys)

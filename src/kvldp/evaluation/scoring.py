@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.conditional import ConditionalQuery, conditional_truth
 from kvldp.common.errors import KvldpError
-from kvldp.common.estimate import Estimate
+from kvldp.common.estimation.conditional import ConditionalQuery, conditional_truth
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.ioh import JointStateMechanism
 from kvldp.common.primitives import FloatArray

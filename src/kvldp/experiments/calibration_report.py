@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvldp.common.atomic_file import write_atomically, write_csv
+from kvldp.common.files.atomic_file import write_atomically, write_csv
 from kvldp.evaluation.calibration import Calibration, QuantityCalibration
 
 COVERAGE_BAND = (0.93, 0.97)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from kvldp.common.estimate import Estimate
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.common.primitives import FloatArray
 from kvldp.experiments.metrics import top_k_metrics
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row

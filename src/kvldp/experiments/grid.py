@@ -18,7 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from kvldp.common.atomic_file import write_atomically, write_csv
+from kvldp.common.files.atomic_file import write_atomically, write_csv
 from kvldp.common.mechanisms import create
 from kvldp.evaluation.prediction import predict
 from kvldp.evaluation.scoring import evaluate

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from kvldp.common.mechanisms import create, get
 from kvldp.common.mechanisms.base import Mechanism
-from kvldp.common.params import InvalidParameter
+from kvldp.common.spec.params import InvalidParameter
 from kvldp.evaluation.calibration import reference_population
 from kvldp.evaluation.prediction import predict
 from kvldp.evaluation.scoring import evaluate

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kvldp.common.conditional import ConditionalQuery
-from kvldp.common.estimate import Estimate
+from kvldp.common.estimation.conditional import ConditionalQuery
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.common.primitives import FloatArray
 
 Row = dict[str, Any]

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvldp.common.atomic_file import write_atomically, write_csv
+from kvldp.common.files.atomic_file import write_atomically, write_csv
 from kvldp.experiments.model import Row
 
 #: what a study's report adds below its header: (Markdown lines, plots written into the folder)

@@ -9,7 +9,7 @@ so conditioning changes the answer; see :mod:`kvldp.sim.datasets`), every ordere
 
 from __future__ import annotations
 
-from kvldp.common.conditional import ConditionalQuery, parse_query
+from kvldp.common.estimation.conditional import ConditionalQuery, parse_query
 from kvldp.common.mechanisms.kvue_multi import auto_t
 from kvldp.evaluation.advisor import advise
 from kvldp.experiments.model import Cell, Claim, Experiment, Metric, Row

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
 from kvldp.gateway.answers import refusal
 from kvldp.gateway.forwarder import Forwarder

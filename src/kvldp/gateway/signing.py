@@ -23,8 +23,8 @@ from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from kvldp.common.atomic_file import create_once, write_atomically
 from kvldp.common.errors import KvldpError
+from kvldp.common.files.atomic_file import create_once, write_atomically
 from kvldp.gateway.tokens import valid_device_id
 
 PRIVATE_KEY = "private.pem"

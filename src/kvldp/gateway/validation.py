@@ -1,9 +1,9 @@
 """A report body checked at the edge exactly as the aggregator checks it.
 
-:class:`BodyCheck` runs the collection's :class:`~kvldp.common.wire.WireFormat` decoder
+:class:`BodyCheck` runs the collection's :class:`~kvldp.common.messages.wire.WireFormat` decoder
 (the one the aggregator's ingest folds with) on the body, judged against the time the
 gateway will stamp on the Kafka record, and the one-report-per-message rule of
-:mod:`kvldp.common.message_rules`. A refused body is a :class:`BodyRefused` carrying the
+:mod:`kvldp.common.messages.message_rules`. A refused body is a :class:`BodyRefused` carrying the
 HTTP status and the decoder's reason code: 409 ``config_mismatch`` (the device was built
 for another configuration of the collection), 413 ``too_large`` (above the collection's
 ``max_message_bytes``), 400 with the reason otherwise (``undecodable``,
@@ -11,15 +11,15 @@ for another configuration of the collection), 413 ``too_large`` (above the colle
 device over its budget, a report for a closed round, a duplicate) is left to it.
 
 Each body is checked on its own, as it arrives (:meth:`WireFormat.count
-<kvldp.common.wire.WireFormat.count>`: scalar checks for a single report, the columnar
+<kvldp.common.messages.wire.WireFormat.count>`: scalar checks for a single report, the columnar
 decoder for anything else and for naming a refusal's reason).
 """
 
 from __future__ import annotations
 
-from kvldp.common.collection import Collection
-from kvldp.common.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
-from kvldp.common.wire import WireError, WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
+from kvldp.common.messages.wire import WireError, WireFormat
 
 
 class BodyRefused(Exception):

@@ -15,11 +15,11 @@ rounds. Importing it loads the
 SDK only: not the aggregator, the simulations, the experiments or the benchmarks.
 """
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import load_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import load_collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.file_lock import LockTimeout
-from kvldp.common.privacy import PrivacyBudgetExhausted
+from kvldp.common.files.file_lock import LockTimeout
+from kvldp.common.spec.privacy import PrivacyBudgetExhausted
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import KafkaStartError, KafkaUnreachable
 from kvldp.producer.bearer_token import InvalidToken, TokenFile

@@ -18,8 +18,8 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from kvldp.common.collection import Collection
-from kvldp.common.privacy import format_duration
+from kvldp.common.config.collection import Collection
+from kvldp.common.spec.privacy import format_duration
 from kvldp.producer.device_state import DeviceState, Fleet, tracks_privacy
 from kvldp.producer.pairs import device_key
 

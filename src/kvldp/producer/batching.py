@@ -11,10 +11,10 @@ checks this before publishing; the command line checks it before starting.
 
 from __future__ import annotations
 
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import is_interactive
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.control_record import is_interactive
+from kvldp.common.messages.wire import WireFormat
 
 
 class BatchingRefused(KvldpError):

@@ -7,7 +7,7 @@ raw values into [-1, 1] with the collection's ``value_range`` (see
 :mod:`kvldp.producer.pairs`), perturbs with the
 collection's mechanism (from :mod:`common`) using an RNG seeded from the operating
 system — unpredictable to the server — and publishes msgpack reports (see
-:mod:`kvldp.common.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
+:mod:`kvldp.common.messages.wire`) to ``kvldp.<name>.reports`` keyed by device id, so one device's
 reports stay in one partition. Every report carries a random non-zero 64-bit report id
 (``rid``, from the OS entropy pool whatever ``rng`` is) so that the aggregator counts a
 report the producer had to resend only once.
@@ -31,7 +31,7 @@ reports per Kafka message; each batch stays under the collection's message size 
 Some collections need one report per message (:mod:`kvldp.producer.batching`).
 
 A collection with a ``[privacy]`` table makes every device follow the spending rule of
-:mod:`kvldp.common.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
+:mod:`kvldp.common.spec.privacy` (memoized re-sends, ``lifetime_epsilon``, one report per
 ``report_period``), with the device's own state in a file (``state_path``, see
 :mod:`kvldp.producer.device_state`) or in memory, and one state per other device id a
 gateway or simulator reports for, in memory or one file each under ``state_dir``. A state
@@ -40,7 +40,7 @@ what the file holds. Memoized and period-limited reports go out one per
 message, keyed by their device id, because the aggregator tells devices apart by the Kafka
 key. With ``privacy.instantaneous_epsilon`` every send of a memoized report, the first
 and every re-send, is the stored report randomized again with fresh randomness
-(:mod:`kvldp.common.instantaneous`), so no two sends of a state are alike; each reveals
+(:mod:`kvldp.common.channel.instantaneous`), so no two sends of a state are alike; each reveals
 at most ``instantaneous_epsilon`` about the device's input, and a state still costs the
 collection's epsilon once. Report times (the wire ``ts``, the Kafka record timestamp and the report period)
 come from ``clock``. Collections without a ``[privacy]`` table take the vectorised path
@@ -86,15 +86,15 @@ import numpy as np
 from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.collection_file import load_collection
-from kvldp.common.control_record import Control, is_interactive
-from kvldp.common.file_lock import LOCK_TIMEOUT_S
-from kvldp.common.kvdata import KVData
-from kvldp.common.privacy import PrivacyBudgetExhausted
-from kvldp.common.schema import ReportBatch, batch_len
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import load_collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch, batch_len
+from kvldp.common.files.file_lock import LOCK_TIMEOUT_S
+from kvldp.common.messages.control_record import Control, is_interactive
+from kvldp.common.messages.wire import WireFormat
+from kvldp.common.spec.collection_fields import InvalidCollection
+from kvldp.common.spec.privacy import PrivacyBudgetExhausted
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.producer.accounts import DeviceAccounts
 from kvldp.producer.batching import reports_per_message
@@ -141,7 +141,7 @@ class Collector:
     simulation against topics nobody else wrote to). Processes may share a state file
     (or ``state_dir``): every change waits for the file's lock, at most
     ``state_lock_timeout`` seconds (then
-    :class:`~kvldp.common.file_lock.LockTimeout`, nothing sent or spent). ``clock`` (a callable returning
+    :class:`~kvldp.common.files.file_lock.LockTimeout`, nothing sent or spent). ``clock`` (a callable returning
     seconds since the epoch, default :func:`time.time`) gives report times, and so the
     ``report_period`` a report falls in: a test or a simulation passes its own to step
     through periods without waiting.

@@ -1,7 +1,7 @@
 """The device side of an interactive collection's control topic: follow the open round.
 
 A PrivKVM device perturbs with the means the server published for the open round, so
-before it reports it reads the latest control record (:mod:`kvldp.common.control_record`).
+before it reports it reads the latest control record (:mod:`kvldp.common.messages.control_record`).
 :class:`ControlFollower` reads ``kvldp.<name>.control`` from its start (the topic is
 compacted: the latest record of the collection survives) and keeps the newest *valid*
 record. A record that is corrupt, of another collection or of another configuration is
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import Control, InvalidControl, control_topic, decode_control
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.messages.control_record import Control, InvalidControl, control_topic, decode_control
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_reachable
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaProducer
 
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import is_interactive
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
+from kvldp.common.messages.control_record import is_interactive
 from kvldp.kafka.client_config import KafkaConfig, resolve_kafka_config
 from kvldp.producer.bearer_token import BearerTokens, DeviceTokenProvider, TokenProvider
 from kvldp.producer.gateway_client import GatewayTransport, reports_url

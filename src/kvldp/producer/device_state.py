@@ -1,9 +1,9 @@
 """What a device remembers about one collection so that its privacy spending is kept.
 
 A device that reports for a long time must never forget what it already spent
-(:mod:`kvldp.common.privacy`). :class:`DeviceState` holds, for one collection:
+(:mod:`kvldp.common.spec.privacy`). :class:`DeviceState` holds, for one collection:
 
-* the device **secret** (:func:`kvldp.common.memo.new_secret`, created once, never sent), which
+* the device **secret** (:func:`kvldp.common.guarantees.memo.new_secret`, created once, never sent), which
   keys the alpha-point rounding and the memoized reports;
 * the **memo table**: state fingerprint -> the payload first derived for that state. A
   re-send is a table lookup, so it is byte-identical even if numpy's generators change
@@ -20,7 +20,7 @@ A device that reports for a long time must never forget what it already spent
 
 With a path the state lives in one file (msgpack, tagged with a format name, a version,
 the collection's name and digest), written atomically with mode 0600
-(:func:`kvldp.common.atomic_file.write_atomically`). The spending rule always records
+(:func:`kvldp.common.files.atomic_file.write_atomically`). The spending rule always records
 a spend in the file *before* the report is handed to Kafka: a crash may lose a report,
 never a spend. A file that is corrupt, of another format, or of another collection (or
 digest) raises :class:`InvalidDeviceState` naming the file, and is left untouched.
@@ -28,15 +28,15 @@ digest) raises :class:`InvalidDeviceState` naming the file, and is left untouche
 One file may be shared by several processes of a device (an app and its background
 service, a restarted process while the old one still runs), and the rule holds across
 them as it holds in one: every read-modify-write of the file (:meth:`DeviceState.locked`,
-and every rule method) holds the file's exclusive lock (:mod:`kvldp.common.file_lock`),
+and every rule method) holds the file's exclusive lock (:mod:`kvldp.common.files.file_lock`),
 reads the file again, applies the rule to what is on disk, writes and only then lets the
 next process in. Otherwise two processes would each decide from their own copy and each
 send (two reports in one period, a cap passed twice over), and the last write would
 forget the other's spend. The file and its secret are created exactly once
-(:func:`kvldp.common.atomic_file.create_once`, under the lock): processes starting together
+(:func:`kvldp.common.files.atomic_file.create_once`, under the lock): processes starting together
 all read the one secret, so a memoized state has one payload whoever sends it. A process
 waits for the lock at most ``lock_timeout`` seconds
-(:class:`~kvldp.common.file_lock.LockTimeout`, nothing spent); a file system that cannot
+(:class:`~kvldp.common.files.file_lock.LockTimeout`, nothing spent); a file system that cannot
 lock, or grants locks it does not enforce, is refused (:class:`InvalidDeviceState`).
 
 Without a path the state lives in memory only. A gateway or simulator keeps one state per
@@ -59,16 +59,16 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import msgpack
 
-from kvldp.common.atomic_file import create_once, write_atomically
-from kvldp.common.collection import Collection
-from kvldp.common.control_record import interactive_mechanism, is_interactive
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import Report
 from kvldp.common.errors import KvldpError
-from kvldp.common.file_lock import LOCK_TIMEOUT_S, CannotLock, FileLock
-from kvldp.common.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
-from kvldp.common.path_checks import UnusablePath, writable_directory, writable_file
+from kvldp.common.files.atomic_file import create_once, write_atomically
+from kvldp.common.files.file_lock import LOCK_TIMEOUT_S, CannotLock, FileLock
+from kvldp.common.files.path_checks import UnusablePath, writable_directory, writable_file
+from kvldp.common.guarantees.memo import SECRET_BYTES, alphas, memoized_report, new_secret, state_of
+from kvldp.common.messages.control_record import interactive_mechanism, is_interactive
 from kvldp.common.primitives import FloatArray, IntArray
-from kvldp.common.privacy import CAP_SLACK, spent, would_exceed
-from kvldp.common.schema import Report
+from kvldp.common.spec.privacy import CAP_SLACK, spent, would_exceed
 
 FORMAT = "kvldp-device-state"
 VERSION = 3
@@ -109,7 +109,7 @@ class ReportStatus(enum.Enum):
     #: or its count moved on to a later window, so this one's count is not known
     SKIPPED_BUDGET = "skipped_budget"
     #: not sent: it would have exceeded ``lifetime_epsilon`` (``Collector.report`` raises
-    #: :class:`kvldp.common.privacy.PrivacyBudgetExhausted` instead of returning this)
+    #: :class:`kvldp.common.spec.privacy.PrivacyBudgetExhausted` instead of returning this)
     EXHAUSTED = "exhausted"
     #: not sent: the device already reported in the open round (interactive collections)
     SKIPPED_ROUND = "skipped_round"
@@ -164,7 +164,7 @@ def _exclusive(
 
 @contextmanager
 def _holding(path: Path, timeout: float, verify: bool = False) -> Iterator[None]:
-    """Hold the lock of the state file ``path`` (:class:`~kvldp.common.file_lock.FileLock`);
+    """Hold the lock of the state file ``path`` (:class:`~kvldp.common.files.file_lock.FileLock`);
     a file system that cannot keep it is an :class:`InvalidDeviceState`."""
     lock = FileLock(path, f"device state {path}")
     try:
@@ -230,7 +230,7 @@ class DeviceState:
         one's). ``device_id``, when given, is the state's id (written if the file held
         another). A path where the state could not be kept is refused first, and so is a
         file system whose locks do not hold; another process holding the lock for longer
-        than ``lock_timeout`` seconds raises :class:`~kvldp.common.file_lock.LockTimeout`."""
+        than ``lock_timeout`` seconds raises :class:`~kvldp.common.files.file_lock.LockTimeout`."""
         try:
             path = writable_file(path, "device state")
         except UnusablePath as exc:
@@ -354,10 +354,10 @@ class DeviceState:
         spend is written before this returns.
 
         With ``privacy.instantaneous_epsilon`` the payload is the permanent report, its
-        public fields keyed by the secret alone (:func:`~kvldp.common.memo.memoized_report`
+        public fields keyed by the secret alone (:func:`~kvldp.common.guarantees.memo.memoized_report`
         with ``permanent_public``), and it is what the memo table keeps; the caller sends
         it randomized again, freshly, every time (the collection's
-        :attr:`~kvldp.common.collection.Collection.instantaneous_randomizer`). The charge is
+        :attr:`~kvldp.common.config.collection.Collection.instantaneous_randomizer`). The charge is
         unchanged, epsilon once per state: the sends of a state are post-processing of its
         one permanent report, and each send reveals besides at most ``instantaneous_epsilon``
         about the input."""

@@ -1,7 +1,7 @@
 """The SDK's input: devices' key-name pairs as normalised user data, device ids as Kafka keys.
 
 A caller hands the SDK raw pairs (key name -> value in the collection's units) and device
-ids; the mechanisms take :class:`~kvldp.common.kvdata.KVData` of key indices and values
+ids; the mechanisms take :class:`~kvldp.common.data.kvdata.KVData` of key indices and values
 in [-1, 1], and Kafka takes a byte key per record. These two conversions are shared by
 :class:`~kvldp.producer.collector.Collector` and by simulators and benchmarks that
 publish without it.
@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_fields import InvalidCollection
-from kvldp.common.kvdata import KVData
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.spec.collection_fields import InvalidCollection
 
 
 def device_key(device_id: str | bytes | int) -> bytes:

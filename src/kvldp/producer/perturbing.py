@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvldp.common.control_record import Control, interactive_mechanism
-from kvldp.common.kvdata import KVData
-from kvldp.common.schema import ReportBatch, from_rows
-from kvldp.common.wire import WireFormat
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import ReportBatch, from_rows
+from kvldp.common.messages.control_record import Control, interactive_mechanism
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer.accounts import DeviceAccounts
 from kvldp.producer.device_state import (
     DeviceState,

@@ -4,7 +4,7 @@ Every report gets a random non-zero 64-bit report id (``rid``) so that the aggre
 counts a report the producer had to resend only once; the ids come from a generator of
 their own, seeded from the OS entropy pool, never from the one that perturbs (two
 simulators seeded alike must not share report ids). The reports are encoded
-(:mod:`kvldp.common.wire`) one per message, or packed ``per_message`` to a message
+(:mod:`kvldp.common.messages.wire`) one per message, or packed ``per_message`` to a message
 (:func:`kvldp.producer.batching.reports_per_message`), and handed to the transport keyed
 by their device (:func:`kvldp.producer.pairs.device_key`), with the report time as the
 record timestamp. Each message's outcome is kept in :class:`~kvldp.producer.delivery.InFlight`;
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.schema import ReportBatch
-from kvldp.common.wire import WireFormat
+from kvldp.common.data.schema import ReportBatch
+from kvldp.common.messages.wire import WireFormat
 from kvldp.producer.delivery import InFlight
 from kvldp.producer.pairs import device_key
 from kvldp.producer.transport import Message, Transport

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from aiokafka import AIOKafkaProducer
 
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_reachable
 

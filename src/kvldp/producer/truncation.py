@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.mechanisms.pckv import PCKV
 from kvldp.common.primitives import IntArray
 from kvldp.producer.pairs import device_key

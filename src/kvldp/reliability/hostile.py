@@ -15,8 +15,8 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from kvldp.common.schema import Field
-from kvldp.common.wire import WireFormat
+from kvldp.common.data.schema import Field
+from kvldp.common.messages.wire import WireFormat
 
 #: the reason is data-dependent (random bytes may parse as anything)
 ANY = "*"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from kvldp.aggregator.offline import fold_recording
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.sim.record_replay import record
 
 

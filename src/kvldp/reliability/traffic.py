@@ -12,10 +12,10 @@ import numpy as np
 from aiokafka import AIOKafkaProducer
 from numpy.typing import NDArray
 
-from kvldp.common.collection import Collection
-from kvldp.common.schema import ReportBatch, batch_len, row
-from kvldp.common.stats import Stats
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import ReportBatch, batch_len, row
+from kvldp.common.data.stats import Stats
+from kvldp.common.messages.wire import WireFormat
 from kvldp.sim import simulate
 
 #: sends in flight before waiting for acknowledgements

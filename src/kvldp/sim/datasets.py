@@ -35,7 +35,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.primitives import FloatArray
 from kvldp.sim.ratings import read_ratings
 

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.errors import KvldpError
-from kvldp.common.kvdata import KVData
 from kvldp.common.primitives import FloatArray
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import FleetSummary

@@ -22,7 +22,7 @@ from typing import TextIO
 
 import numpy as np
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.primitives import FloatArray, IntArray
 from kvldp.sim.csvsource import InvalidCsv, parse_number
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.common.errors import KvldpError
-from kvldp.common.recording import RecordedMessage, read_recording, write_header, write_record
+from kvldp.common.messages.recording import RecordedMessage, read_recording, write_header, write_record
 from kvldp.kafka.client_config import KafkaConfig, as_kafka_config
 from kvldp.kafka.client_start import start_or_close
 from kvldp.kafka.topic_partitions import topic_partitions

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvldp.common.control_record import Control
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.messages.control_record import Control
 from kvldp.common.primitives import IntArray
 from kvldp.producer.collector import Collector
 from kvldp.producer.device_state import FleetSummary

@@ -11,9 +11,9 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.conditional import conditional_truths
-from kvldp.common.kvdata import KVData
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.estimation.conditional import conditional_truths
 from kvldp.sim.datasets import generate
 
 

@@ -6,12 +6,12 @@ A concrete mechanism provides
    step by step) — ``perturb`` for one device is the same code on one row;
 2. the statistics: ``stats_shapes`` and ``fold_arrays`` (integer additions only);
 3. the estimators: ``_estimate(stats, estimator, options)``;
-4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.privacy_audit`);
+4. the exact privacy model: ``audit_model`` (see :mod:`kvldp.common.guarantees.privacy_audit`);
 5. optionally, the exact one-report plausibility rule: ``plausibility_rule`` and
-   ``report_statistic`` (see :mod:`kvldp.common.plausibility`; by default no report is
+   ``report_statistic`` (see :mod:`kvldp.common.channel.plausibility`; by default no report is
    implausible);
 6. for memoized collections, the instantaneous randomization of its reports
-   (:mod:`kvldp.common.instantaneous`): ``randomized_output``, the solve of the
+   (:mod:`kvldp.common.channel.instantaneous`): ``randomized_output``, the solve of the
    randomizer's strength and the composed channel, which is again a mechanism (see
    *Composed channels* below).
 
@@ -44,14 +44,11 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.errors import KvldpError
-from kvldp.common.estimate import Estimate
-from kvldp.common.instantaneous import InstantaneousRandomizer, RandomizedOutput
-from kvldp.common.kvdata import KVData
-from kvldp.common.output_model import OutputModel
-from kvldp.common.params import InvalidParameter, Param, ParamValue, parse_params
-from kvldp.common.plausibility import FALSE_REFUSAL_BOUND, RefusalRule
-from kvldp.common.schema import (
+from kvldp.common.channel.instantaneous import InstantaneousRandomizer, RandomizedOutput
+from kvldp.common.channel.output_model import OutputModel
+from kvldp.common.channel.plausibility import FALSE_REFUSAL_BOUND, RefusalRule
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import (
     Field,
     InvalidReport,
     Report,
@@ -61,7 +58,10 @@ from kvldp.common.schema import (
     row,
     validate_fields,
 )
-from kvldp.common.stats import Stats, StatsMismatch
+from kvldp.common.data.stats import Stats, StatsMismatch
+from kvldp.common.errors import KvldpError
+from kvldp.common.estimation.estimate import Estimate
+from kvldp.common.spec.params import InvalidParameter, Param, ParamValue, parse_params
 from kvldp.common.typed_fields import integer, number
 
 IntArray = NDArray[np.int64]

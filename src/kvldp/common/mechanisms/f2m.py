@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvldp.common.instantaneous import BitsOutput
+from kvldp.common.channel.instantaneous import BitsOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, TransitionComposed
 from kvldp.common.mechanisms.privkv import KEY_FRACTION
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray, disc, flip, rr_keep
+from kvldp.common.spec.params import Param
 
 DEFAULT_VALUE = Param(
     "default_value",

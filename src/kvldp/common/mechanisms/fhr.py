@@ -33,16 +33,16 @@ import math
 
 import numpy as np
 
-from kvldp.common.instantaneous import InstantaneousRandomizer, SymbolOutput
-from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.channel.instantaneous import InstantaneousRandomizer, SymbolOutput
+from kvldp.common.channel.output_model import DenseModel, OutputModel, SymbolLayout
+from kvldp.common.data.kvdata import InvalidUserData, KVData
+from kvldp.common.data.schema import Field, ReportBatch
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.hr import uniform_in_half
 from kvldp.common.mechanisms.itemoracle import ItemOracle
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel, SymbolLayout
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, ceil_log2, fwht, hadamard_entry
-from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.spec.params import InvalidParameter
 
 
 @register

@@ -15,14 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.em import parse_em_options
-from kvldp.common.instantaneous import SymbolOutput
+from kvldp.common.channel.instantaneous import SymbolOutput
+from kvldp.common.data.schema import Field, ReportBatch
+from kvldp.common.estimation.em import parse_em_options
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import FloatArray, grr_probs
-from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.spec.params import InvalidParameter
 
 
 def grr_mle(counts: FloatArray, p: float, q: float) -> FloatArray:

@@ -20,12 +20,12 @@ import math
 
 import numpy as np
 
-from kvldp.common.instantaneous import SymbolOutput
+from kvldp.common.channel.instantaneous import SymbolOutput
+from kvldp.common.data.schema import Field, ReportBatch
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.primitives import FloatArray, ceil_log2, fwht, hadamard_entry
-from kvldp.common.schema import Field, ReportBatch
 
 
 def lowest_set_bit(x: IntArray) -> IntArray:

@@ -14,7 +14,7 @@ unpacks the bits of a block of reports and adds their column sums.
 Estimation: the calibrated vector A_hat = (C - n q) / (p - q) estimates, without bias,
 the number of users in every joint state; any count over a product set of states is a
 sum of its cells, which is how :meth:`IOH.cell_sums` implements the
-:class:`~kvldp.common.conditional.CellSumOracle` of :mod:`kvldp.common.conditional`. Bits are
+:class:`~kvldp.common.estimation.conditional.CellSumOracle` of :mod:`kvldp.common.estimation.conditional`. Bits are
 perturbed independently, so the variance of a cell-set sum is exact:
 |T| n q(1-q)/(p-q)^2 + A(T)(1-p-q)/(p-q), the second term vanishing for SUE. The two
 estimators are ``unbiased`` (A_hat) and ``normsub`` (A_hat projected onto
@@ -44,7 +44,13 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.conditional import (
+from kvldp.common.channel.instantaneous import BitsOutput
+from kvldp.common.channel.output_model import OutputModel, ProductModel, discrete_users
+from kvldp.common.channel.plausibility import RefusalRule, set_bits
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import Field, ReportBatch
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.conditional import (
     CellSums,
     ConditionalEstimate,
     ConditionalQuery,
@@ -56,19 +62,13 @@ from kvldp.common.conditional import (
     joint_state_probabilities,
     joint_states,
 )
-from kvldp.common.estimate import Estimate
-from kvldp.common.instantaneous import BitsOutput
-from kvldp.common.kvdata import KVData
+from kvldp.common.estimation.estimate import Estimate
+from kvldp.common.estimation.simplex import project_simplex
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_rule
-from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
-from kvldp.common.params import InvalidParameter
-from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, one_hot_bits, rr_keep
-from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.simplex import project_simplex
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter
 
 #: largest number of keys IOH accepts (3^10 = 59049-bit reports, 7.4 KB; docs/mechanisms.md, *IOH*)
 MAX_D = 10
@@ -78,8 +78,8 @@ class JointStateMechanism(Mechanism):
     """A mechanism whose statistics estimate counts of users' joint key states.
 
     Subclasses implement the client, the statistics and :meth:`cell_sums` (the
-    :class:`~kvldp.common.conditional.CellSumOracle` protocol); per-key estimates and
-    conditional queries then come from :mod:`kvldp.common.conditional`, identically for every
+    :class:`~kvldp.common.estimation.conditional.CellSumOracle` protocol); per-key estimates and
+    conditional queries then come from :mod:`kvldp.common.estimation.conditional`, identically for every
     such mechanism.
     """
 
@@ -101,7 +101,7 @@ class JointStateMechanism(Mechanism):
     def conditional(
         self, stats: Stats, query: ConditionalQuery, estimator: str = "unbiased"
     ) -> ConditionalEstimate:
-        """f(k|C) and m(k|C) for one query (build it with :func:`kvldp.common.conditional.parse_query`)."""
+        """f(k|C) and m(k|C) for one query (build it with :func:`kvldp.common.estimation.conditional.parse_query`)."""
         return self.conditional_many(stats, [query], estimator)[0]
 
     @cached_property
@@ -287,7 +287,7 @@ class IOH(JointStateMechanism):
         other bit has law Bernoulli(q) under both), and the mechanism is symmetric under
         any permutation of the cells, so every pair of distinct indices has the same worst
         ratio as (0, 1); users with fractional values are mixtures of indices and never
-        exceed it (see :mod:`kvldp.common.privacy_audit`).
+        exceed it (see :mod:`kvldp.common.guarantees.privacy_audit`).
         """
         if exhaustive:
             users, labels = discrete_users(self.d)

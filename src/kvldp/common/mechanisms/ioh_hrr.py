@@ -44,7 +44,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kvldp.common.conditional import (
+from kvldp.common.channel.instantaneous import SymbolOutput
+from kvldp.common.channel.output_model import DenseModel, OutputModel, PatternLayout, discrete_users
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import Field, ReportBatch
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.conditional import (
     ALL_STATES,
     CellSums,
     InvalidQuery,
@@ -53,16 +58,11 @@ from kvldp.common.conditional import (
     joint_state_probabilities,
     joint_states,
 )
-from kvldp.common.instantaneous import SymbolOutput
-from kvldp.common.kvdata import KVData
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.ioh import IOH, JointStateMechanism
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout, discrete_users
-from kvldp.common.params import InvalidParameter, Param
 from kvldp.common.primitives import FloatArray, hadamard_entry, rr_keep
-from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter, Param
 
 #: 2 bits per key must fit a signed 64-bit index
 MAX_D = 31

@@ -25,19 +25,25 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kvldp.common.em import em_counts, parse_em_options
-from kvldp.common.estimate import Estimate
-from kvldp.common.intervals import clipped_interval, interval_stderr
-from kvldp.common.kvdata import InvalidUserData, KVData
+from kvldp.common.channel.output_model import (
+    AuditTooLarge,
+    DenseModel,
+    OutputModel,
+    PatternLayout,
+    discrete_users,
+)
+from kvldp.common.data.kvdata import InvalidUserData, KVData
+from kvldp.common.data.schema import ReportBatch
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.em import em_counts, parse_em_options
+from kvldp.common.estimation.estimate import Estimate
+from kvldp.common.estimation.intervals import clipped_interval, interval_stderr
+from kvldp.common.estimation.simplex import project_simplex
+from kvldp.common.estimation.variance import stderr
 from kvldp.common.mechanisms.base import IntArray, Mechanism
 from kvldp.common.mechanisms.padding import sample_slots, slot_weights
-from kvldp.common.output_model import AuditTooLarge, DenseModel, OutputModel, PatternLayout, discrete_users
-from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray
-from kvldp.common.schema import ReportBatch
-from kvldp.common.simplex import project_simplex
-from kvldp.common.stats import Stats
-from kvldp.common.variance import stderr
+from kvldp.common.spec.params import Param
 
 ELL = Param(
     "ell",

@@ -13,14 +13,14 @@ Everything else follows from P and one left inverse A (A P = I):
   unbiased), m from the states clipped into [0, 1] (the correction PCKV applies to KVUE);
 * ``normsub``: theta projected onto the simplex, f and m from it (consistent);
 * ``em``: the MLE by count EM on P, warm-startable (P has full column rank);
-* ``eb``: empirical Bayes (:mod:`~kvldp.common.shrinkage`): the EM frequencies and means
+* ``eb``: empirical Bayes (:mod:`~kvldp.common.estimation.shrinkage`): the EM frequencies and means
   shrunk toward normal priors fitted across the keys, every key answered. It pays where
   the keys' spread is small against each key's noise (small epsilon, a narrow population
   of frequencies or means) and moves nothing where keys are precise;
 * ``robust``: ``em`` where the key's number of reports is consistent with uniform key
   sampling; where it is significantly above the other keys' (fake devices that target
   the key), the excess is removed from the maximal-gain symbols and the frequency and
-  mean are estimated in closed form from what remains (:mod:`~kvldp.common.robust`,
+  mean are estimated in closed form from what remains (:mod:`~kvldp.common.estimation.robust`,
   docs/robust.md);
 * batches: ``em`` and ``eb`` also run on many snapshots at once
   (:meth:`KeySampledMechanism.estimate_many`, the draws behind a predicted error): one
@@ -53,16 +53,16 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.clipped_normal import clipped_rmse
-from kvldp.common.em import EMOptions, em_counts, parse_em_options
-from kvldp.common.estimate import Estimate
-from kvldp.common.instantaneous import InstantaneousRandomizer, max_log_ratio_of, solve_contrast
-from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
-from kvldp.common.kvdata import KVData
-from kvldp.common.mechanisms.base import IntArray, Mechanism, UnknownEstimator
-from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout, discrete_users
-from kvldp.common.primitives import FloatArray, disc
-from kvldp.common.robust import (
+from kvldp.common.channel.instantaneous import InstantaneousRandomizer, max_log_ratio_of, solve_contrast
+from kvldp.common.channel.output_model import DenseModel, OutputModel, PatternLayout, discrete_users
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import Field, ReportBatch
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.clipped_normal import clipped_rmse
+from kvldp.common.estimation.em import EMOptions, em_counts, parse_em_options
+from kvldp.common.estimation.estimate import Estimate
+from kvldp.common.estimation.intervals import clipped_interval, fieller_interval, interval_stderr
+from kvldp.common.estimation.robust import (
     FALSE_ALARM,
     Z_GATE,
     corrected_state_covariance,
@@ -70,11 +70,11 @@ from kvldp.common.robust import (
     remove_excess,
     report_excess,
 )
-from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.shrinkage import Shrunk, prior_diagnostics, rms_mean, shrink, shrink_means
-from kvldp.common.simplex import project_simplex
-from kvldp.common.stats import Stats
-from kvldp.common.variance import quad, quad2, stderr
+from kvldp.common.estimation.shrinkage import Shrunk, prior_diagnostics, rms_mean, shrink, shrink_means
+from kvldp.common.estimation.simplex import project_simplex
+from kvldp.common.estimation.variance import quad, quad2, stderr
+from kvldp.common.mechanisms.base import IntArray, Mechanism, UnknownEstimator
+from kvldp.common.primitives import FloatArray, disc
 
 #: state codes (docs/mechanisms.md, *Primitives*): s = k*v + 1
 NEG, ABSENT, POS = 0, 1, 2
@@ -461,11 +461,11 @@ class KeySampledMechanism(Mechanism):
 
     def _robust_estimate(self, stats: Stats, counts: FloatArray, options: dict[str, Any]) -> Estimate:
         """``robust``: ``em`` on every key whose report count passes the excess test of
-        :func:`~kvldp.common.robust.report_excess`; on a flagged key, the excess removed
-        from the maximal-gain symbols (:func:`~kvldp.common.robust.remove_excess`) and the
+        :func:`~kvldp.common.estimation.robust.report_excess`; on a flagged key, the excess removed
+        from the maximal-gain symbols (:func:`~kvldp.common.estimation.robust.remove_excess`) and the
         closed form of what remains: frequency clipped into [0, 1], mean where Fieller's
         interval on the corrected states is bounded, both with the covariance of
-        :func:`~kvldp.common.robust.corrected_state_covariance` (docs/robust.md)."""
+        :func:`~kvldp.common.estimation.robust.corrected_state_covariance` (docs/robust.md)."""
         em = self._em_estimate(stats, counts, options)
         reports = counts.sum(axis=1)
         test = report_excess(reports, self.keys_per_report / self.d)
@@ -566,7 +566,7 @@ class KeySampledMechanism(Mechanism):
 
         The frequencies' weights come from variances at stable values (the raw estimate
         clipped into [0, 1], the keys' RMS mean), not at each key's noisy estimate; the
-        means are shrunk by :func:`~kvldp.common.shrinkage.shrink_means`, as PCKV's are, so
+        means are shrunk by :func:`~kvldp.common.estimation.shrinkage.shrink_means`, as PCKV's are, so
         a rare key is pulled toward keys as rare as it where means move with frequency.
         """
         reports = counts.sum(axis=-1)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvldp.common.instantaneous import BitsOutput
+from kvldp.common.channel.instantaneous import BitsOutput
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import KeySampledMechanism
 from kvldp.common.mechanisms.registry import register

@@ -58,16 +58,22 @@ from typing import ClassVar
 
 import numpy as np
 
-from kvldp.common.instantaneous import SymbolOutput
-from kvldp.common.kvdata import KVData
+from kvldp.common.channel.instantaneous import SymbolOutput
+from kvldp.common.channel.output_model import (
+    DenseModel,
+    OutputModel,
+    PatternLayout,
+    SymbolLayout,
+    discrete_users,
+)
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import Field, ReportBatch
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, KeySampledMechanism, states_of
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout, SymbolLayout, discrete_users
-from kvldp.common.params import InvalidParameter, Param, ParamValue
 from kvldp.common.primitives import FloatArray, grr_probs
-from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter, Param, ParamValue
 
 #: the largest t (3^10 = 59,049 joint symbols)
 T_MAX = 10

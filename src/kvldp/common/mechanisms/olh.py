@@ -17,14 +17,14 @@ import math
 
 import numpy as np
 
-from kvldp.common.instantaneous import SymbolOutput
+from kvldp.common.channel.instantaneous import SymbolOutput
+from kvldp.common.channel.output_model import DenseModel, OutputModel, PatternLayout
+from kvldp.common.data.schema import Field, ReportBatch
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ELL, ItemOracle, bernoulli_count_variance
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import DenseModel, OutputModel, PatternLayout
-from kvldp.common.params import Param, ParamValue
 from kvldp.common.primitives import FloatArray, grr_probs, mix64
-from kvldp.common.schema import Field, ReportBatch
+from kvldp.common.spec.params import Param, ParamValue
 
 #: hash evaluations per fold block (bounds the (reports, D) temporary)
 _BLOCK = 1 << 22

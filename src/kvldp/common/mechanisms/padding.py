@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.data.kvdata import KVData
 from kvldp.common.primitives import FloatArray, IntArray
 
 

@@ -52,8 +52,25 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.instantaneous import InstantaneousRandomizer, SymbolOutput, TernaryOutput, solve_contrast
-from kvldp.common.kvdata import KVData
+from kvldp.common.channel.instantaneous import (
+    InstantaneousRandomizer,
+    SymbolOutput,
+    TernaryOutput,
+    solve_contrast,
+)
+from kvldp.common.channel.output_model import (
+    AuditTooLarge,
+    DenseModel,
+    Layout,
+    OutputModel,
+    PatternLayout,
+    SymbolLayout,
+    discrete_users,
+)
+from kvldp.common.channel.plausibility import RefusalRule, set_bits
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import Field, ReportBatch
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.padding import sample_slots, slot_weights
 from kvldp.common.mechanisms.pckv_budget import (
@@ -71,20 +88,8 @@ from kvldp.common.mechanisms.pckv_estimate import PCKVEstimation
 from kvldp.common.mechanisms.pckv_padded import PaddedShare, padded_share
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.mechanisms.unary_plausibility import PCKVAccepted, pckv_ue_rule
-from kvldp.common.output_model import (
-    AuditTooLarge,
-    DenseModel,
-    Layout,
-    OutputModel,
-    PatternLayout,
-    SymbolLayout,
-    discrete_users,
-)
-from kvldp.common.params import InvalidParameter, Param
-from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, disc, flip, pack_bits
-from kvldp.common.schema import Field, ReportBatch
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter, Param
 
 ELL = Param(
     "ell",
@@ -284,7 +289,7 @@ class PCKV(PCKVEstimation):
         return self.d <= 20 and self._audit_size_ok(3**self.d, self._n_audit_outputs(self.d))
 
     def audit_model(self, exhaustive: bool) -> OutputModel:
-        """Exact Pr[output | discrete user] (values +-1; see :mod:`kvldp.common.privacy_audit`).
+        """Exact Pr[output | discrete user] (values +-1; see :mod:`kvldp.common.guarantees.privacy_audit`).
 
         Exhaustive: all 3^d users and every output. Reduced: users over the sub-domain of
         the first m = min(d, 2 ell) keys holding at most ell pairs. That loses nothing:

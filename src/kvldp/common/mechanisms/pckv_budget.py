@@ -19,8 +19,8 @@ import math
 
 import numpy as np
 
-from kvldp.common.params import InvalidParameter
 from kvldp.common.primitives import rr_keep
+from kvldp.common.spec.params import InvalidParameter
 
 
 def _exp(x: float) -> float:

@@ -14,7 +14,7 @@ the raw frequency f^ = ell((n1+n2)/n - b)/(a-b) with its analytic standard error
 N = (n1 - n2)/(a(2p-1)), D = (n1 + n2 - nb)/(a-b) = N_j. A key whose D is not
 significantly above 0 (its holders indistinguishable from none) has no estimable mean:
 NaN, counted in ``not_estimable_means``. The frequency's standard error is the analytic
-one for the raw f^ and the RMSE of a clipped normal (:mod:`~kvldp.common.clipped_normal`)
+one for the raw f^ and the RMSE of a clipped normal (:mod:`~kvldp.common.estimation.clipped_normal`)
 for the corrected, EM and projected ones; the mean's is the Fieller interval's
 half-width over Z95.
 
@@ -33,7 +33,7 @@ Estimators (``estimator_names``):
 * ``normsub``: the per-item sampled shares (n1^/n, n2^/n of every real key plus the
   remaining mass as one "rest" item) projected onto the simplex; the mean where
   estimable (N/D clipped into [-1, 1] where the projection left the key no share).
-* ``eb``: empirical Bayes on top of the EM fit (:mod:`~kvldp.common.shrinkage`): the
+* ``eb``: empirical Bayes on top of the EM fit (:mod:`~kvldp.common.estimation.shrinkage`): the
   unbiased frequencies and the EM means (of keys with at least one estimated holder),
   each with its analytic variance, are shrunk toward a normal prior fitted across the
   keys, so a key with little information gets (close to) the population's centre with
@@ -92,16 +92,16 @@ from typing import Any, ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.clipped_normal import clipped_rmse
-from kvldp.common.em import EMOptions, em_counts, parse_em_options
-from kvldp.common.estimate import Estimate
-from kvldp.common.intervals import clipped_interval, fieller_interval, interval_stderr
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.clipped_normal import clipped_rmse
+from kvldp.common.estimation.em import EMOptions, em_counts, parse_em_options
+from kvldp.common.estimation.estimate import Estimate
+from kvldp.common.estimation.intervals import clipped_interval, fieller_interval, interval_stderr
+from kvldp.common.estimation.shrinkage import Shrunk, prior_diagnostics, shrink, shrink_means
+from kvldp.common.estimation.simplex import project_simplex
+from kvldp.common.estimation.variance import ratio_variance, stderr
 from kvldp.common.mechanisms.base import Mechanism, UnknownEstimator
 from kvldp.common.primitives import FloatArray
-from kvldp.common.shrinkage import Shrunk, prior_diagnostics, shrink, shrink_means
-from kvldp.common.simplex import project_simplex
-from kvldp.common.stats import Stats
-from kvldp.common.variance import ratio_variance, stderr
 
 ASSUMES = "every user holds at most ell keys"
 
@@ -425,7 +425,7 @@ class PCKVEstimation(Mechanism):
         self, n: float, n1: FloatArray, n2: FloatArray, opts: EMOptions, diag: dict[str, Any]
     ) -> tuple[FloatArray, FloatArray, FloatArray]:
         """EM's (frequency, mean, theta) per key, of one snapshot or of every snapshot of a
-        batch in one :func:`~kvldp.common.em.em_counts` call (its keys are independent
+        batch in one :func:`~kvldp.common.estimation.em.em_counts` call (its keys are independent
         groups); ``opts.theta0`` is per key of the flattened batch."""
         counts = np.stack([n1, n2, n - n1 - n2], axis=-1)
         res = em_counts(
@@ -446,13 +446,13 @@ class PCKVEstimation(Mechanism):
 
         The normal-normal model wants each key's sampling variance without its own noise in
         it, so the frequencies' variances are evaluated at the raw estimate clipped into
-        [0, 1]; the means are shrunk by :func:`~kvldp.common.shrinkage.shrink_means`
+        [0, 1]; the means are shrunk by :func:`~kvldp.common.estimation.shrinkage.shrink_means`
         (stable weights, a prior centred on a line in the shrunk frequency where the keys
         identify one: where means move with frequency, as in Horigome et al.'s populations,
         one centre fitted on the precise, frequent keys drags every rare key toward them).
         No per-key standard error: a shrunk estimate's error depends on how far the key's
         truth lies from the prior, which its data cannot tell from noise (the conservative
-        variance of :func:`~kvldp.common.shrinkage.shrink` was 2-4x the RMSE); the
+        variance of :func:`~kvldp.common.estimation.shrinkage.shrink` was 2-4x the RMSE); the
         intervals are the basis's (docs/mechanisms.md, *Calibration of standard errors*).
         """
         var_raw, _ = self.variances(n, basis.raw, np.zeros_like(basis.raw))

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvldp.common.estimate import Z95
+from kvldp.common.estimation.estimate import Z95
 
 
 @dataclass(frozen=True)

@@ -37,15 +37,15 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.em import em_counts, parse_em_options
-from kvldp.common.estimate import Estimate
-from kvldp.common.instantaneous import SymbolOutput
+from kvldp.common.channel.instantaneous import SymbolOutput
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.em import em_counts, parse_em_options
+from kvldp.common.estimation.estimate import Estimate
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, TransitionComposed
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.params import Param
 from kvldp.common.primitives import FloatArray, disc, flip, rr_keep
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import Param
 
 KEY_FRACTION = Param(
     "key_fraction",

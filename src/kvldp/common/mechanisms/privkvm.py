@@ -10,7 +10,7 @@ Protocol: in every round a device draws a key j and reports PrivKV's LPP of it (
 value instead of a uniform fake, which removes PrivKV's shrinkage geometrically. Live,
 the aggregator closes a round by its policy (``round_min_reports`` reports and
 ``round_period`` elapsed) and publishes the next means on a control topic (see
-:mod:`kvldp.common.control_record`); ``collect`` runs the same rounds in-process on one population,
+:mod:`kvldp.common.messages.control_record`); ``collect`` runs the same rounds in-process on one population,
 each round on the means computed from the rounds before it.
 
 This module is the mechanism as registered: its parameters, the client (one round's
@@ -28,19 +28,19 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from kvldp.common.kvdata import KVData
+from kvldp.common.channel.output_model import OutputModel, ProductModel, discrete_users
+from kvldp.common.data.kvdata import KVData
+from kvldp.common.data.schema import Field, Report, ReportBatch, concat, row
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms.base import COLLECT_CHUNK, IntArray
 from kvldp.common.mechanisms.keysampled import ABSENT, NEG, POS, states_of
 from kvldp.common.mechanisms.privkv import lpp_perturb, lpp_transition
 from kvldp.common.mechanisms.privkvm_estimate import PrivKVMEstimators
 from kvldp.common.mechanisms.privkvm_rounds import means_digest
 from kvldp.common.mechanisms.registry import register
-from kvldp.common.output_model import OutputModel, ProductModel, discrete_users
-from kvldp.common.params import InvalidParameter, Param
 from kvldp.common.primitives import FloatArray
-from kvldp.common.privacy import InvalidPrivacy, parse_duration
-from kvldp.common.schema import Field, Report, ReportBatch, concat, row
-from kvldp.common.stats import Stats
+from kvldp.common.spec.params import InvalidParameter, Param
+from kvldp.common.spec.privacy import InvalidPrivacy, parse_duration
 
 
 def _is_duration(text: object) -> bool:

@@ -40,15 +40,15 @@ from typing import Any
 
 import numpy as np
 
-from kvldp.common.em import em_counts, parse_em_options
-from kvldp.common.estimate import Estimate
+from kvldp.common.data.stats import Stats
+from kvldp.common.estimation.em import em_counts, parse_em_options
+from kvldp.common.estimation.estimate import Estimate
+from kvldp.common.estimation.simplex import project_simplex
 from kvldp.common.mechanisms.keysampled import NEG, POS, mean_from_states
 from kvldp.common.mechanisms.privkvm_bootstrap import bootstrap_rmse, replay_rounds
 from kvldp.common.mechanisms.privkvm_inference import Basis, PrivKVMInference
 from kvldp.common.mechanisms.privkvm_rounds import calibrated_mean
 from kvldp.common.primitives import FloatArray
-from kvldp.common.simplex import project_simplex
-from kvldp.common.stats import Stats
 
 RECONSTRUCTED = (
     "PrivKVM is reconstructed (docs/mechanisms.md, *PrivKVM*): the original paper's algorithm "

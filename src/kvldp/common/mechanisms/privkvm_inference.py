@@ -1,6 +1,6 @@
 """PrivKVM's inference basis: the unbiased statistics every estimator's 95% intervals come
 from (docs/mechanisms.md, *PrivKVM estimators*; the design is
-:mod:`kvldp.common.intervals`').
+:mod:`kvldp.common.estimation.intervals`').
 
 * the frequency D = f̂ of round 1 (PrivKV-A's inverse of round 1's transition), unbiased;
 * the numerator N, an unbiased estimate of f·m: every round r gives
@@ -25,12 +25,12 @@ from functools import cached_property
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.intervals import clipped_interval, fieller_interval
+from kvldp.common.estimation.intervals import clipped_interval, fieller_interval
+from kvldp.common.estimation.variance import delta_gradient, quad, stderr
 from kvldp.common.mechanisms.keysampled import NEG, POS, sampled_count_covariance
 from kvldp.common.mechanisms.privkv import lpp_transition
 from kvldp.common.mechanisms.privkvm_rounds import PrivKVMRounds
 from kvldp.common.primitives import FloatArray
-from kvldp.common.variance import delta_gradient, quad, stderr
 
 
 @dataclass(frozen=True)

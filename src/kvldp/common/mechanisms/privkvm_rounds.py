@@ -26,11 +26,11 @@ import hashlib
 
 import numpy as np
 
+from kvldp.common.data.stats import Stats
 from kvldp.common.mechanisms.base import Mechanism
 from kvldp.common.mechanisms.keysampled import NEG, POS
 from kvldp.common.mechanisms.privkv import lpp_transition
 from kvldp.common.primitives import FloatArray, rr_keep
-from kvldp.common.stats import Stats
 
 
 def means_digest(round_index: int, means: FloatArray) -> int:

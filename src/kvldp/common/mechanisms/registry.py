@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TypeVar
 
 from kvldp.common.mechanisms.base import Mechanism
-from kvldp.common.params import InvalidParameter
+from kvldp.common.spec.params import InvalidParameter
 
 _REGISTRY: dict[str, type[Mechanism]] = {}
 M = TypeVar("M", bound=type[Mechanism])

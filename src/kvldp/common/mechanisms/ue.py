@@ -23,15 +23,15 @@ from typing import ClassVar
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.instantaneous import BitsOutput
+from kvldp.common.channel.instantaneous import BitsOutput
+from kvldp.common.channel.output_model import PatternLayout
+from kvldp.common.channel.plausibility import RefusalRule, set_bits
+from kvldp.common.data.schema import Field, ReportBatch
 from kvldp.common.mechanisms.base import IntArray
 from kvldp.common.mechanisms.itemoracle import ItemOracle, bernoulli_count_variance, enumerate_bit_outputs
 from kvldp.common.mechanisms.registry import register
 from kvldp.common.mechanisms.unary_plausibility import OneHotAccepted, one_hot_rule
-from kvldp.common.output_model import PatternLayout
-from kvldp.common.plausibility import RefusalRule, set_bits
 from kvldp.common.primitives import FloatArray, bit_column_sums, one_hot_bits
-from kvldp.common.schema import Field, ReportBatch
 
 
 class UnaryEncoding(ItemOracle):

@@ -1,7 +1,7 @@
 """Plausibility models of the unary-encoded mechanisms (docs/plausibility.md).
 
 Each function returns the statistic's log max-likelihood and per-class pmf that
-:func:`kvldp.common.plausibility.refusal_rule` turns into a refusal region, and the
+:func:`kvldp.common.channel.plausibility.refusal_rule` turns into a refusal region, and the
 probabilities the estimators use on the reports that region accepts.
 
 * **One-hot unary encoding** (OUE, SUE, IOH, IOH-OUE): a device one-hot encodes one item
@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 from numpy.typing import NDArray
 
-from kvldp.common.plausibility import (
+from kvldp.common.channel.plausibility import (
     RefusalRule,
     binomial_pmf,
     plus_bernoulli,

@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from kvldp.aggregator.state import CheckpointStore
 from kvldp.broker.tansu import EmbeddedBroker
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.reliability.oracle import replay_oracle
 from kvldp.reliability.processes import AggregatorProcess, total
 from kvldp.reliability.scenarios.fresh_collection import make_collection

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from kvldp.common.collection import Collection
-from kvldp.common.schema import Report
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import Report
+from kvldp.common.messages.wire import WireFormat
 from kvldp.reliability.processes import AggregatorProcess, Samples, total
 from kvldp.reliability.scenarios.fresh_collection import make_collection
 from kvldp.reliability.scenarios.outcome import Outcome

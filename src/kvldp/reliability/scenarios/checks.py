@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 
 from kvldp.aggregator.state import AggregatorState
-from kvldp.common.collection import Collection
-from kvldp.common.schema import ReportBatch
-from kvldp.common.stats import Stats
+from kvldp.common.config.collection import Collection
+from kvldp.common.data.schema import ReportBatch
+from kvldp.common.data.stats import Stats
 from kvldp.reliability.scenarios.outcome import Outcome
 
 

@@ -8,8 +8,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from kvldp.common.collection import Collection
-from kvldp.common.collection_file import collection_toml, parse_collection
+from kvldp.common.config.collection import Collection
+from kvldp.common.config.collection_file import collection_toml, parse_collection
 
 
 def make_collection(

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from kvldp.aggregator.state import CheckpointStore
-from kvldp.common.collection import Collection
-from kvldp.common.wire import REASONS, WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import REASONS, WireFormat
 from kvldp.reliability.hostile import ANY, HostileFactory
 from kvldp.reliability.oracle import replay_oracle
 from kvldp.reliability.processes import AggregatorProcess, total

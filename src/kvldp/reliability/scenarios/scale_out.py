@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kvldp.common.wire import WireFormat
+from kvldp.common.messages.wire import WireFormat
 from kvldp.reliability.oracle import replay_oracle
 from kvldp.reliability.processes import AggregatorProcess
 from kvldp.reliability.scenarios.checks import check_canaries, compare, fold_parts

@@ -35,8 +35,8 @@ from aiokafka.admin import NewTopic, RecordsToDelete
 
 from kvldp.aggregator.topics import wanted_topics
 from kvldp.broker.apache_kafka import ApacheKafka
-from kvldp.common.collection import Collection
-from kvldp.common.wire import WireFormat
+from kvldp.common.config.collection import Collection
+from kvldp.common.messages.wire import WireFormat
 from kvldp.reliability.cluster import admin, count_records, log_bounds, topic_config
 from kvldp.reliability.processes import AggregatorProcess
 from kvldp.reliability.scenarios.checks import check_canaries, fold_parts

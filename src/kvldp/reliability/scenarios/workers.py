@@ -14,7 +14,7 @@ from pathlib import Path
 
 from kvldp.aggregator.state import AggregatorState
 from kvldp.aggregator.statetopic import StateFollower, decode
-from kvldp.common.collection import Collection
+from kvldp.common.config.collection import Collection
 from kvldp.reliability.processes import AggregatorProcess
 from kvldp.reliability.scenarios.outcome import Outcome
 
