@@ -336,7 +336,10 @@ async def test_tls_with_a_ca_file_and_an_untrusted_certificate(tls_files: TlsFil
         phone = sdk(c, url, ca_file=str(tls_files.other_ca_pem))
         await phone.start()
         await phone.report({"a": 1.0})
-        with pytest.raises(GatewayUnavailable, match=r"certificate is not trusted.*give ca_file"):
+        with pytest.raises(
+            GatewayUnavailable,
+            match=r"certificate is not trusted.*kvldp produce --ca-file, the SDK.s ca_file",
+        ):
             await phone.stop()
     finally:
         await double.stop()
@@ -503,6 +506,31 @@ async def test_kvldp_produce_sends_a_csv_through_the_gateway(tmp_path: Path) -> 
     assert (
         refused.stderr.strip() == f"kvldp: error: --token-file {token_file.with_name('one')}: does not exist"
     )
+
+
+@pytest.mark.asyncio
+async def test_kvldp_produce_counts_refused_reports_apart_from_unacknowledged(tmp_path: Path) -> None:
+    """Reports the gateway refused (its 401 after a token refresh) were never stored: the
+    error line counts them as refused, not as sent but not acknowledged."""
+    toml, csv, token_file = produce_files(tmp_path, '{"d0": "t0", "d1": "t1", "d2": "t2"}')
+    double = GatewayDouble(tokens={"other"})
+    url = await double.start()
+    try:
+        done = await asyncio.to_thread(
+            run_kvldp,
+            "produce", "--collection", str(toml), "--from-csv", str(csv),
+            "--endpoint", url, "--token-file", str(token_file),
+            unset=["KVLDP_BOOTSTRAP_SERVERS", "KVLDP_KAFKA_CONFIG"],
+        )  # fmt: skip
+    finally:
+        await double.stop()
+    assert done.returncode == 2
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("kvldp: error: gateway refused 1 report(s) of device d"), last
+    assert last.endswith(
+        "; 0 reports acknowledged by the gateway, 3 refused by it (not stored), 0 sent but not acknowledged, "
+        "the rest not sent"
+    ), last
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ on every exit path.
   gateway refusing) ends the command with one error line carrying the same counts.
 
 N is exact: those reports are stored by Kafka with the collector's acknowledgements
-(every in-sync replica). M reports were handed to Kafka without an acknowledgement: Kafka
+(every in-sync replica). Through the gateway, the reports it refused (or that TLS stopped
+before any request went out) are counted apart as refused: not stored. M reports were handed to Kafka without an acknowledgement: Kafka
 may hold some of them (a broker can store a message and fail to answer), so the topic
 holds between N and N + M of the command's reports. K of the reports the command meant
 to send were never handed over.
@@ -80,9 +81,10 @@ class Publishing:
         """What was acknowledged, sent and not acknowledged, not sent."""
         d = self.deliveries
         rest = "the rest" if self.planned is None else str(max(self.planned - d.handed, 0))
+        refused = f", {d.refused} refused by it (not stored)" if d.refused else ""
         return (
-            f"{reports(d.acknowledged)} acknowledged by {self.who}, {d.unacknowledged} sent but not "
-            f"acknowledged, {rest} not sent"
+            f"{reports(d.acknowledged)} acknowledged by {self.who}{refused}, {d.unacknowledged} sent "
+            f"but not acknowledged, {rest} not sent"
         )
 
     def finish(self, destination: Callable[[], str]) -> int:

@@ -31,8 +31,12 @@ class Deliveries:
     handed: int = 0
     #: reports in messages the transport delivered
     acknowledged: int = 0
-    #: reports in messages the transport gave up on (refused, timed out, broker gone)
+    #: reports in messages the transport gave up on without knowing whether they were
+    #: stored (timed out, broker gone)
     failed: int = 0
+    #: reports in messages known not to be stored: refused by the gateway, or stopped
+    #: before it (an untrusted certificate)
+    refused: int = 0
 
     def track(self, outcome: asyncio.Future[object], reports: int) -> None:
         """Count a message of ``reports`` reports just handed over, settled with ``outcome``."""
@@ -40,17 +44,22 @@ class Deliveries:
         outcome.add_done_callback(partial(self._settled, reports))
 
     def _settled(self, reports: int, outcome: asyncio.Future[object]) -> None:
-        if outcome.cancelled() or outcome.exception() is not None:
+        if outcome.cancelled():
             self.failed += reports
+        elif (error := outcome.exception()) is not None:
+            if getattr(error, "not_stored", False):
+                self.refused += reports
+            else:
+                self.failed += reports
         else:
             self.acknowledged += reports
 
     @property
     def unacknowledged(self) -> int:
-        """Reports handed over and not (or not yet) delivered: failed or still in flight.
-        Kafka may hold some of them (a broker can store a message whose acknowledgement
-        never arrived)."""
-        return self.handed - self.acknowledged
+        """Reports handed over and not (or not yet) delivered, and not known to be refused:
+        failed or still in flight. Kafka may hold some of them (a broker can store a message
+        whose acknowledgement never arrived)."""
+        return self.handed - self.acknowledged - self.refused
 
 
 class InFlight:

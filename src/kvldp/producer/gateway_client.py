@@ -68,24 +68,30 @@ class InvalidEndpoint(KvldpError):
 
 class DeliveryError(KvldpError):
     """A message the gateway did not take; ``device`` keyed it, it held ``reports``
-    reports."""
+    reports; ``not_stored`` when it is known that no attempt stored it (every answer was
+    a refusal, or TLS failed before any request went out), else the gateway may have
+    forwarded an attempt that it then failed to acknowledge."""
 
-    def __init__(self, message: str, device: str, reports: int) -> None:
+    def __init__(self, message: str, device: str, reports: int, not_stored: bool = False) -> None:
         super().__init__(message)
         self.device = device
         self.reports = reports
+        self.not_stored = not_stored
 
 
 class ReportRefused(DeliveryError):
     """The gateway refused a message for good: HTTP ``status``, the answer's ``error`` code
     and one-line ``detail``. Sending it again would be refused again."""
 
-    def __init__(self, device: str, reports: int, status: int, error: str, detail: str) -> None:
+    def __init__(
+        self, device: str, reports: int, status: int, error: str, detail: str, not_stored: bool = True
+    ) -> None:
         super().__init__(
             f"gateway refused {reports} report(s) of device {device}: {status} {error}"
             + (f": {detail}" if detail else ""),
             device,
             reports,
+            not_stored,
         )
         self.status = status
         self.error = error
@@ -122,7 +128,7 @@ def reports_url(endpoint: str, collection: str, *, allow_http: bool = False) -> 
     if base.scheme == "http" and not allow_http and not _loopback(base.host):
         raise InvalidEndpoint(
             f"endpoint {endpoint!r}: plain http would send the device's token in clear; use https "
-            "(plain http is for this machine only, or pass allow_http=True)"
+            "(plain http goes to this machine only, unless an SDK caller passes allow_http=True)"
         )
     return base.with_path(base.path.rstrip("/")) / "v1" / "collections" / collection / "reports"
 
@@ -206,6 +212,8 @@ class GatewayTransport:
         started = time.monotonic()
         refreshed = False
         retry = 0
+        #: whether an attempt may have reached Kafka (no answer, or the gateway's 5xx)
+        maybe_stored = False
         while True:
             try:
                 answer = await self._post(session, message, device)
@@ -214,9 +222,13 @@ class GatewayTransport:
                     f"TLS with the gateway at {self.url.origin()} failed: {_tls_reason(exc)}",
                     device,
                     message.reports,
+                    not_stored=not maybe_stored,
                 ) from None
+            except aiohttp.ClientConnectorError as exc:  # refused before a byte of the request went out
+                why, retry_after = _connection_failure(exc, self.request_timeout), None
             except (aiohttp.ClientError, TimeoutError) as exc:
                 why, retry_after = _connection_failure(exc, self.request_timeout), None
+                maybe_stored = True
             else:
                 if answer.status < 300:
                     self._warned = False
@@ -226,8 +238,11 @@ class GatewayTransport:
                     logger.info("gateway refused the token of device %s (401): asking for a new one", device)
                     continue
                 if answer.status not in RETRIED:
-                    raise ReportRefused(device, message.reports, answer.status, answer.error, answer.detail)
+                    raise ReportRefused(
+                        device, message.reports, answer.status, answer.error, answer.detail, not maybe_stored
+                    )
                 why, retry_after = f"{answer.status} {answer.error}", answer.retry_after
+                maybe_stored = maybe_stored or answer.status >= 500
             retry += 1
             wait = self.retry.delay(retry, retry_after, self._jitter)
             elapsed = time.monotonic() - started
@@ -237,6 +252,7 @@ class GatewayTransport:
                     f"{device} within {self.retry.deadline:g} s ({retry} attempts; last: {why})",
                     device,
                     message.reports,
+                    not_stored=not maybe_stored,
                 )
             self.retries += 1
             level = logging.INFO if self._warned else logging.WARNING
@@ -300,7 +316,7 @@ def _tls_reason(exc: aiohttp.ClientSSLError) -> str:
     cause = getattr(exc, "certificate_error", None) or getattr(exc, "os_error", None) or exc
     if isinstance(cause, ssl.SSLCertVerificationError):
         return (
-            f"its certificate is not trusted ({cause.verify_message}); give ca_file with the CA that "
-            "signed it"
+            f"its certificate is not trusted ({cause.verify_message}); trust the CA that signed it "
+            "(kvldp produce --ca-file, the SDK's ca_file)"
         )
     return str(getattr(cause, "reason", None) or cause)
