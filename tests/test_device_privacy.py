@@ -329,6 +329,34 @@ def test_truncation_warning_of_a_gateway_block_names_a_few(caplog: pytest.LogCap
     assert "till-4: 3 pairs, and 3 more)" in messages[0] and "till-8" not in messages[0]
 
 
+def test_a_block_losing_few_pairs_to_ell_warns_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    """A few devices a pair over ell (1 of 40 holding 3 pairs at ell = 2: 1 of 81 pairs
+    uncounted) is the trade-off a larger ell's variance makes worth it: no warning. Half
+    of them over ell (20 of 120 pairs uncounted): a warning saying how much."""
+    wide = parse_collection(
+        {
+            "name": "wide",
+            "mechanism": "pckv_ue",
+            "epsilon": 1.0,
+            "keys": ["a", "b", "c"],
+            "value_range": [0.0, 10.0],
+            "params": {"ell": 2},
+        }
+    )
+    few = [{"a": 1.0, "b": 2.0, "c": 3.0}] + [{"a": 1.0, "b": 2.0}] * 39
+    many = [{"a": 1.0, "b": 2.0, "c": 3.0}] * 20 + [{"a": 1.0, "b": 2.0}] * 30
+    with caplog.at_level(logging.WARNING, logger="kvldp.producer"):
+        s = sdk(wide, FakeProducer())
+        run(s.report_many(few, [f"few-{i}" for i in range(len(few))]))
+        assert truncations(caplog) == []
+        run(s.report_many(many, [f"many-{i}" for i in range(len(many))]))
+    (message,) = truncations(caplog)
+    assert (
+        "20 devices hold more pairs than ell=2" in message
+        and "(17% of the pairs sent here go uncounted)" in message
+    )
+
+
 @pytest.mark.parametrize("memoize", [True, False])
 def test_truncation_warning_follows_the_device_state(
     memoize: bool, tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -598,3 +599,20 @@ async def test_conditional_metrics_stream_end_to_end(
         assert samples[("kvldp_conditional_mean_low", lab)] <= samples[("kvldp_conditional_mean_high", lab)]
         checked.append(q.format(names))
     assert checked, f"no conditional mean was exported (not estimable: {not_estimable})"
+
+
+async def test_the_readmes_first_produce_prints_no_warning(broker: EmbeddedBroker, tmp_path: Path) -> None:
+    """The README's collection and its first ``kvldp produce``: one line, the summary (no
+    warning about a later run, none about ell, which kvldp advise chose for it)."""
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    toml_text = readme.split("<!-- doc-test: save as c.toml -->\n```toml\n", 1)[1].split("```", 1)[0]
+    name = f"readme-{time.time_ns() % 10**9}"
+    toml = tmp_path / "c.toml"
+    toml.write_text(toml_text.replace('name = "checkout"', f'name = "{name}"'))
+    done = await asyncio.to_thread(
+        run_kvldp,
+        "produce", "--collection", str(toml), "--simulate", "gaussian", "--users", "2000",
+        "--bootstrap-servers", broker.bootstrap_servers,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip().splitlines() == [f"published 2000 reports to kvldp.{name}.reports"]

@@ -136,7 +136,9 @@ def register(sub: Subparsers) -> None:
         type=DirectoryToWrite,
         help="keep each device's privacy state (secret, memo table, ledger) in its own file under DIR "
         "(created if missing), changed under the file's lock, so that runs one after another or at once "
-        "over the same devices keep one account per device (default: in memory, for this run)",
+        "over the same devices keep one account per device (default: in memory, for this run: a later run "
+        "over the same devices within the report period or budget window sends reports the aggregator "
+        "refuses as budget_exceeded)",
     )
     add_kafka_args(p)
     p.set_defaults(func=cmd_produce)
@@ -181,8 +183,10 @@ class Sink:
 
 def sdk_options(args: argparse.Namespace) -> dict[str, Any]:
     """The collector's ``request_timeout`` when ``--delivery-timeout`` gives one, and its
-    ``state_dir`` when ``--state-dir`` does."""
-    options: dict[str, Any] = {}
+    ``state_dir`` when ``--state-dir`` does. The SDK's warning that the devices' counts are
+    kept in memory is off: it speaks of a later run within the report period, not of the
+    one in front of it, and ``--state-dir``'s help says it."""
+    options: dict[str, Any] = {"warn_unsaved": False}
     if args.delivery_timeout is not None:
         options["request_timeout"] = args.delivery_timeout
     if args.state_dir is not None:
