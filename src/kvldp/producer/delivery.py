@@ -9,7 +9,7 @@ that stops answering. ``kvldp produce`` prints its summary from it on every exit
 :class:`InFlight` keeps the outcomes not yet waited for: a collector's ``flush`` waits
 for them all, raises the first failure once every other message settled, and logs the
 other distinct failures (logger ``kvldp.producer``), so that a refusal every message met
-is one line.
+is one line; a wait that lasts longer than :data:`SLOW_SETTLE_S` says what it waits for.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import partial
 
 logger = logging.getLogger("kvldp.producer")
+#: seconds a wait for acknowledgements takes before it says what it waits for
+SLOW_SETTLE_S = 5.0
 
 
 @dataclass
@@ -88,7 +90,16 @@ class InFlight:
         if not pending:
             return
         # a wait cancelled part way (its caller was) leaves the messages to the next one
-        await asyncio.wait(pending)
+        _, waiting = await asyncio.wait(pending, timeout=SLOW_SETTLE_S)
+        if waiting:  # a slow cluster or gateway: say what this waits for
+            logger.warning(
+                "collection %s: still waiting after %g s for %d message(s) to be acknowledged "
+                "(each gives up at its delivery timeout)",
+                self.collection,
+                SLOW_SETTLE_S,
+                len(waiting),
+            )
+            await asyncio.wait(waiting)
         settled = set(pending)
         self._pending = [outcome for outcome in self._pending if outcome not in settled]
         failures = [
