@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import re
 from pathlib import Path
 
@@ -28,7 +27,7 @@ import pytest
 from kvldp.common.mechanisms import create, get, names
 from kvldp.evaluation.calibration import Calibration, QuantityCalibration, calibrate, reference_population
 from kvldp.experiments.calibration_report import CalibrationRow
-from kvldp.experiments.calibration_verdict import Verdict, verdict, verdict_table
+from kvldp.experiments.calibration_verdict import Verdict, tolerances, verdict, verdict_table
 from kvldp.sim import datasets
 
 from support import run_kvldp
@@ -70,10 +69,8 @@ def check(q: QuantityCalibration, keys: int, what: str, partial: bool = False) -
     assert partial or q.with_stderr == 1.0, (
         f"{what}: a standard error on only {q.with_stderr:.0%} of the answers"
     )
-    answered = max(round(q.answered * q.pairs), 1)
-    tol_c = 4 * math.sqrt(0.95 * 0.05 / answered)
+    tol_c, tol_r = tolerances(q, REPEATS, keys)  # 4 Monte Carlo standard errors of each
     assert 0.93 - tol_c <= q.coverage <= 0.97 + tol_c, f"{what}: coverage {q.coverage:.3f} ± {tol_c:.3f}"
-    tol_r = 4 * 1.25 / math.sqrt(2 * REPEATS * keys)
     assert 0.85 - tol_r <= q.ratio <= 1.15 + tol_r, f"{what}: stderr/RMSE {q.ratio:.3f} ± {tol_r:.3f}"
 
 
