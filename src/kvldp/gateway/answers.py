@@ -25,7 +25,7 @@ CHALLENGE = 'Bearer error="invalid_token"'
 
 
 def refusal(status: int, code: str, detail: str) -> web.Response:
-    """A refusal as JSON (also the :data:`kvldp.web.middleware.Refusal` of the server's
+    """A refusal as JSON (also the :data:`kvldp.web.refusals.Refusal` of the server's
     own 405 and 413 answers)."""
     response = web.json_response({"error": code, "detail": detail}, status=status)
     if status == 401:

@@ -25,7 +25,7 @@ from kvldp.gateway.answers import refusal
 from kvldp.gateway.forwarder import Forwarder
 from kvldp.gateway.instruments import GatewayMetrics
 from kvldp.gateway.rate_limit import RateLimiter
-from kvldp.gateway.routes import Routes, measured
+from kvldp.gateway.routes import Routes, observer
 from kvldp.gateway.tokens import TokenVerifier
 from kvldp.gateway.validation import BodyCheck
 from kvldp.kafka.client_config import KafkaConfig
@@ -108,7 +108,8 @@ class Gateway:
             self.limits,
             self.security,
             refusal=refusal,
-            middlewares=[measured(self.metrics, self.checks)],
+            fallback=self.routes.elsewhere,
+            observe=observer(self.metrics, self.checks),
         )
         #: the listener of ``/metrics`` alone (plain HTTP, for a scraper on a private network)
         self.metrics_server = (

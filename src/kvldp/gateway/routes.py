@@ -1,4 +1,4 @@
-"""The gateway's HTTP routes and the middleware that measures every request.
+"""The gateway's HTTP routes and the observer that counts and times every answer.
 
 ``POST /v1/collections/{name}/reports`` checks, in this order: the bearer token (401,
 403 for another audience), the collection (404), the ``Kvldp-Device`` header against the
@@ -13,12 +13,12 @@ a listener of its own.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from aiohttp import web
-from aiohttp.typedefs import Handler, Middleware
 
 from kvldp.gateway.answers import accepted, refusal, refused
 from kvldp.gateway.forwarder import Forwarder, Unavailable
@@ -26,16 +26,21 @@ from kvldp.gateway.instruments import GatewayMetrics
 from kvldp.gateway.rate_limit import RateLimiter, retry_after
 from kvldp.gateway.tokens import TokenRefused, TokenVerifier
 from kvldp.gateway.validation import BodyCheck, BodyRefused
+from kvldp.web.routing import Handler
+from kvldp.web.server import Observer
 
 CONTENT_TYPE = "application/msgpack"
 #: the header naming the device a client believes it is (must be the token's subject)
 DEVICE_HEADER = "Kvldp-Device"
 #: seconds a client waits before retrying when Kafka is unavailable
 UNAVAILABLE_RETRY_S = 5
-#: the error codes of aiohttp's routing errors
-ROUTING_CODES = {404: "not_found", 405: "method_not_allowed"}
 #: seconds ``/readyz`` waits for the cluster's metadata
 READY_TIMEOUT_S = 2.0
+
+
+#: the path of a collection's reports
+REPORTS_PATH = "/v1/collections/{}/reports"
+_REPORTS_PREFIX, _REPORTS_SUFFIX = REPORTS_PATH.split("{}")
 
 
 @dataclass(frozen=True)
@@ -49,31 +54,47 @@ class Routes:
     metrics: GatewayMetrics
 
     def table(self, with_metrics: bool = True) -> list[web.RouteDef]:
-        """The public routes; ``/metrics`` among them unless it has a listener of its own
-        (:meth:`metrics_table`)."""
-        routes = [
-            web.post("/v1/collections/{name}/reports", self.post_reports),
-            web.get("/healthz", self.healthz),
-            web.get("/readyz", self.readyz),
-        ]
+        """The public routes (a reports path per collection); ``/metrics`` among them
+        unless it has a listener of its own (:meth:`metrics_table`)."""
+        routes = [web.post(REPORTS_PATH.format(name), self._reports_of(name)) for name in self.collections]
+        routes += [web.get("/healthz", self.healthz), web.get("/readyz", self.readyz)]
         return [*routes, *self.metrics_table()] if with_metrics else routes
 
     def metrics_table(self) -> list[web.RouteDef]:
         return [web.get("/metrics", self.serve_metrics)]
 
-    async def post_reports(self, request: web.Request) -> web.StreamResponse:
+    def _reports_of(self, name: str) -> Handler:
+        return functools.partial(self.post_reports, name=name)
+
+    async def elsewhere(self, request: web.Request) -> web.StreamResponse:
+        """A path no route serves: a reports path of a collection this gateway does not
+        serve is 404 ``unknown_collection``, to a device with a valid token only."""
+        path = request.path
+        if not (path.startswith(_REPORTS_PREFIX) and path.endswith(_REPORTS_SUFFIX)):
+            return refusal(404, "not_found", "Not Found")
+        if request.method != "POST":
+            response = refusal(405, "method_not_allowed", "Method Not Allowed")
+            response.headers["Allow"] = "POST"
+            return response
         try:
-            device = await self.verifier.device(request.headers.get("Authorization"))
+            await self.verifier.device(request.headers.get("Authorization"))
         except TokenRefused as exc:
             return refused(exc.status, exc.detail)
-        name = request.match_info["name"]
-        check = self.collections.get(name)
-        if check is None:
-            return refused(404, "no such collection on this gateway")
-        claimed = request.headers.get(DEVICE_HEADER)
+        return refused(404, "no such collection on this gateway")
+
+    async def post_reports(self, request: web.Request, name: str) -> web.StreamResponse:
+        """A device's report body for collection ``name``, checked and forwarded (see the
+        module docstring)."""
+        headers = request.headers
+        try:
+            device = await self.verifier.device(headers.get("Authorization"))
+        except TokenRefused as exc:
+            return refused(exc.status, exc.detail)
+        check = self.collections[name]
+        claimed = headers.get(DEVICE_HEADER)
         if claimed is not None and claimed != device:
             return refused(403, f"the {DEVICE_HEADER} header is not the token's subject")
-        if request.content_type != CONTENT_TYPE:
+        if headers.get("Content-Type") != CONTENT_TYPE and request.content_type != CONTENT_TYPE:
             return refused(415, f"send the report as Content-Type: {CONTENT_TYPE}")
         wait = self.limiter.take(device)
         if wait > 0:
@@ -93,7 +114,7 @@ class Routes:
         try:
             await self.forwarder.send(check.collection.reports_topic, device.encode(), body, now_ms)
         except Unavailable as exc:
-            self.metrics.produce_errors.labels(name).inc()
+            self.metrics.unavailable(name)
             return refused(503, str(exc), str(UNAVAILABLE_RETRY_S))
         self.metrics.accepted(name, reports)
         return accepted(reports)
@@ -117,27 +138,12 @@ def _closing(response: web.Response) -> web.Response:
     return response
 
 
-def measured(metrics: GatewayMetrics, collections: Mapping[str, BodyCheck]) -> Middleware:
+def observer(metrics: GatewayMetrics, collections: Mapping[str, BodyCheck]) -> Observer:
     """Count every answer by collection and status, and time it (refusals of the server's
-    own limits included); aiohttp's routing errors (a path or method no route serves)
-    become JSON refusals like the others."""
+    own limits included)."""
+    labels = {REPORTS_PATH.format(name): name for name in collections}
 
-    @web.middleware
-    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
-        name = request.match_info.get("name", "")
-        label = name if name in collections else ""
-        status = 500
-        try:
-            try:
-                response = await handler(request)
-            except web.HTTPException as exc:
-                response = refusal(exc.status, ROUTING_CODES.get(exc.status, "bad_request"), exc.reason)
-                if "Allow" in exc.headers:
-                    response.headers["Allow"] = exc.headers["Allow"]
-            status = response.status
-            return response
-        finally:
-            metrics.answered(label, status, time.perf_counter() - started)
+    def observe(request: web.BaseRequest, status: int, seconds: float) -> None:
+        metrics.answered(labels.get(request.path, ""), status, seconds)
 
-    return middleware
+    return observe

@@ -22,7 +22,7 @@ only when a phase's deadline comes before it; a later deadline is recorded, and 
 that fires before it is set again for it. A request thus costs one timer instead of one
 per phase. The request side marks
 the phases (:meth:`GuardedConnection.head_complete`,
-:meth:`GuardedConnection.response_sent`; see :mod:`kvldp.web.middleware`).
+:meth:`GuardedConnection.response_sent`; see :meth:`kvldp.web.server.WebServer.handle`).
 """
 
 from __future__ import annotations
