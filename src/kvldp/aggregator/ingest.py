@@ -15,7 +15,6 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,22 +28,10 @@ from kvldp.common.data.schema import ReportBatch
 from kvldp.common.messages.message_rules import ONE_REPORT_DETAIL, ONE_REPORT_REASON, one_report_per_message
 from kvldp.common.messages.wire import RECORD_FUTURE, Decoded, WireFormat
 from kvldp.common.primitives import IntArray
+from kvldp.kafka.lean_records import LeanRecord
 
-
-class Record(Protocol):
-    """What a fetched Kafka record (or a recorded one) offers."""
-
-    @property
-    def offset(self) -> int: ...
-
-    @property
-    def timestamp(self) -> int: ...
-
-    @property
-    def key(self) -> bytes | None: ...
-
-    @property
-    def value(self) -> bytes | None: ...
+#: what a fetched Kafka record (or a recorded one) offers
+Record = LeanRecord
 
 
 def record_digest(record: Record) -> bytes:
