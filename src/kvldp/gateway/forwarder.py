@@ -24,6 +24,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.partitioner import partition_of
 
 
 class Unavailable(Exception):
@@ -102,6 +103,7 @@ class Forwarder:
             # the producer gives up on a request after the produce timeout as well, so that a
             # stop does not wait on an unreachable cluster for aiokafka's default 40 s
             request_timeout_ms=int(self.timeout * 1000),
+            partitioner=partition_of,
         )
         await start_or_close(self._producer, self.kafka)
 

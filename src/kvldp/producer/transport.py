@@ -22,6 +22,7 @@ from aiokafka import AIOKafkaProducer
 from kvldp.common.config.collection import Collection
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_reachable
+from kvldp.kafka.partitioner import partition_of
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,7 @@ def kafka_producer(
         max_request_size=max(collection.aggregate.max_message_bytes * 2, 1 << 20),
         request_timeout_ms=int(request_timeout * 1000),
         enable_idempotence=False,
+        partitioner=partition_of,
     )
 
 
