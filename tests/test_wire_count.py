@@ -105,14 +105,38 @@ def variants(wire: WireFormat, rng: random.Random) -> list[bytes | None]:
             ("cfg", -1),
             ("n", 1),
             ("extra", 1),
+            ("ts", None),
+            ("ts", True),
+            ("rid", None),
+            ("rid", -1),
+            ("eps", None),
+            ("eps", True),
+            ("col", b"count"),
+            (wire.names[0], True),
         ]:
             out.append(msgpack.packb({**obj, key: bad}))
+        out += duplicated_keys(obj, wire.names[0])
+        out.append(msgpack.packb({k.encode(): v for k, v in obj.items()}))  # bin keys
+        out.append(message.replace(wire.collection.name.encode(), b"\xff" * len(wire.collection.name)))
         for key in ["ts", "rid", "cfg", wire.names[0]]:
             out.append(msgpack.packb({k: v for k, v in obj.items() if k != key}))
         cut = bytearray(message)
         out.append(bytes(cut[: rng.randrange(1, len(cut))]))
         cut[rng.randrange(len(cut))] ^= 0xFF
         out.append(bytes(cut))
+    return out
+
+
+def duplicated_keys(obj: dict[str, Any], name: str) -> list[bytes]:
+    """The map of ``obj`` with a second entry for ``name`` (msgpack allows it; the last
+    one counts), once with a bad value first and once with a bad value last."""
+    good = obj[name]
+    bad = b"\x00" * 99 if isinstance(good, bytes) else "x"
+    out = []
+    for first, last in ((bad, good), (good, bad)):
+        entries = [msgpack.packb(k) + msgpack.packb(v) for k, v in obj.items() if k != name]
+        entries += [msgpack.packb(name) + msgpack.packb(first), msgpack.packb(name) + msgpack.packb(last)]
+        out.append(bytes([0x80 | len(entries)]) + b"".join(entries))
     return out
 
 

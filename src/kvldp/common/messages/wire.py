@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgpack
+import msgspec
 import numpy as np
 from numpy.typing import NDArray
 
@@ -47,6 +48,7 @@ from kvldp.common.config.collection import Collection
 from kvldp.common.data.schema import Field, Report, ReportBatch, batch_len
 from kvldp.common.errors import KvldpError
 from kvldp.common.messages.layout import SingleLayout
+from kvldp.common.messages.single_report import single_report_decoder, unchecked_bounds
 from kvldp.common.typed_fields import integer, is_integer
 
 VERSION = 1
@@ -179,11 +181,13 @@ class WireFormat:
         self.layout = SingleLayout(collection.name, self.mechanism.name, collection.digest, self.fields)
         #: per field: (bitset bytes or 0, lower, upper bound of the storage type)
         self._checks = [(f.nbytes if f.kind == "bits" else 0, *_integer_bounds(f)) for f in self.fields]
-        #: per field, its domain as :func:`~kvldp.common.data.schema.field_checks` applies it:
-        #: (padding bits of a bitset's last byte or 0, low, high)
-        self._domains = [
-            (_padding(f), f.low, f.high) if f.kind == "bits" else (0, f.low, f.high) for f in self.fields
+        #: a single report checked in one compiled pass (:meth:`count`), and what that pass
+        #: leaves: the padding bits of each bitset field, the domains beyond int64
+        self._single = single_report_decoder(self.envelope, self.fields)
+        self._paddings = [
+            (i, _padding(f)) for i, f in enumerate(self.fields) if f.kind == "bits" and _padding(f)
         ]
+        self._wide_bounds = unchecked_bounds(self.fields)
         #: whether a report's validity depends on more than each field's domain
         self._row_rules = self.mechanism.has_row_rules()
         self._single_keys = frozenset((*ENVELOPE, *self.names))
@@ -323,16 +327,22 @@ class WireFormat:
         for key in ("ts", "rid"):
             if key in obj and (type(obj[key]) is not int or not 0 <= obj[key] < 2**64):
                 raise WireError("bad_envelope", f"malformed {key!r}")
-        if "eps" in obj:
-            eps = obj["eps"]
-            if type(eps) not in (int, float):
-                raise WireError("bad_envelope", "malformed 'eps'")
-            if not math.isclose(float(eps), self.collection.epsilon, rel_tol=1e-12, abs_tol=0.0):
-                raise WireError(
-                    "config_mismatch",
-                    f"report for epsilon {eps!r}, collection has {self.collection.epsilon!r}",
-                )
-        ts = obj.get("ts")
+        if "eps" in obj and type(obj["eps"]) not in (int, float):
+            raise WireError("bad_envelope", "malformed 'eps'")
+        self._judge(obj.get("ts"), obj.get("eps"), record_ts)
+        rid = obj.get("rid", 0)
+        return int(rid)
+
+    def _judge(self, ts: int | None, eps: float | None, record_ts: int | None) -> None:
+        """A well-formed ``eps`` against the collection's, and a well-formed device time
+        ``ts`` against the record's."""
+        if eps is not None and not math.isclose(
+            float(eps), self.collection.epsilon, rel_tol=1e-12, abs_tol=0.0
+        ):
+            raise WireError(
+                "config_mismatch",
+                f"report for epsilon {eps!r}, collection has {self.collection.epsilon!r}",
+            )
         if ts is not None and record_ts is not None:
             if ts < record_ts - self.max_age_ms:
                 raise WireError(
@@ -342,8 +352,6 @@ class WireFormat:
                 raise WireError(
                     "future", f"device time {ts} is {(ts - record_ts) / 1000:.0f}s after the record's"
                 )
-        rid = obj.get("rid", 0)
-        return int(rid)
 
     def _fields_of(self, obj: dict[str, Any]) -> list[Any] | None:
         """Payload values of a well-formed single report, or None to take the slow path."""
@@ -376,49 +384,47 @@ class WireFormat:
             and "n" not in obj
         )
 
-    def _in_domain(self, values: list[Any]) -> bool:
-        """Every value of a single report (as :meth:`_fields_of` returns them) within its
-        field's domain."""
-        for (padding, low, high), value in zip(self._domains, values, strict=True):
-            if type(value) is bytes:
-                if padding and value[-1] & padding:
-                    return False
-            elif not low <= value < high:
-                return False
-        return True
-
     def count(self, message: bytes | None, record_ts: int | None = None) -> int:
         """How many reports ``message`` carries, when :meth:`decode` would take every one
         of them from a record stamped ``record_ts``; otherwise :class:`WireError` with the
         reason :meth:`decode` gives.
 
         One message through :meth:`decode` costs numpy's fixed cost per call several times
-        over. A single report whose envelope, fields, field domains, ``ts``, ``rid`` and
-        ``eps`` all pass the general decoder's scalar checks is counted without it (a
-        mechanism whose reports have rules beyond field domains still has them applied to
-        the one row); any other message goes through :meth:`decode`, which names the
-        reason of a refusal.
+        over. A single report that :mod:`~kvldp.common.messages.single_report`'s compiled
+        check accepts, and whose remaining rules hold (bitset padding, ``ts``, ``rid``,
+        ``eps``, and a mechanism's rules across fields on the one row), is counted without
+        it; any other message goes through :meth:`decode`, which names the reason of a
+        refusal.
         """
-        if message is not None and len(message) <= self.cap:
-            try:
-                obj = msgpack.unpackb(message, raw=False, strict_map_key=True, **self._unpack_limits)
-            except Exception:  # the general decoder names what is wrong
-                obj = None
-            values = self._fields_of(obj) if self._own_single(obj) else None
-            if values is not None and self._in_domain(values):
-                try:
-                    self._optional(obj, record_ts)
-                except WireError:
-                    values = None
-                if values is not None and (
-                    not self._row_rules or bool(self.mechanism.valid_rows(self._assemble([values], []))[0])
-                ):
-                    return 1
+        if message is not None and len(message) <= self.cap and self._single_accepted(message, record_ts):
+            return 1
         decoded = self.decode([message], None if record_ts is None else [record_ts])
         if decoded.rejected:
             _, reason, detail = decoded.rejected[0]
             raise WireError(reason, detail)
         return int(decoded.message.size)
+
+    def _single_accepted(self, message: bytes, record_ts: int | None) -> bool:
+        """Whether ``message`` is a single report :meth:`decode` takes (False: ask it)."""
+        try:
+            single = self._single.decode(message)
+        except Exception:  # msgspec's DecodeError, or what it lets through (bad UTF-8): decode names it
+            return False
+        values = [getattr(single, name) for name in self.names]
+        for i, padding in self._paddings:
+            if values[i][-1] & padding:
+                return False
+        for i, low, high in self._wide_bounds:
+            if not low <= values[i] < high:
+                return False
+        ts, rid, eps = single.ts, single.rid, single.eps
+        if (ts is not msgspec.UNSET and ts < 0) or (rid is not msgspec.UNSET and rid < 0):
+            return False
+        try:
+            self._judge(None if ts is msgspec.UNSET else ts, None if eps is msgspec.UNSET else eps, record_ts)
+        except WireError:
+            return False
+        return not self._row_rules or bool(self.mechanism.valid_rows(self._assemble([values], []))[0])
 
     def _single_or_batch(self, obj: Any) -> list[Any] | dict[str, NDArray[Any]]:
         """The slow, diagnosing path: a single report's values or a batch's columns, or a
