@@ -333,3 +333,32 @@ def test_batch_rid_column_must_match_n() -> None:
     obj = msgpack.unpackb(good)
     obj["cols"]["rid"] = obj["cols"]["rid"][:8]
     assert wire.decode([msgpack.packb(obj)]).rejected[0][1] == "bad_payload"
+
+
+def test_the_table_stays_at_most_half_full_and_is_rebuilt_only_when_it_must() -> None:
+    """A steady window (ids forgotten as fast as they come): every insert leaves the table
+    at most half full (the bound on probe chains), and a round over with the table still
+    the right size goes on. Here 20,000 ids are held, a round is 10,000 inserts and the
+    table has 65,536 slots: rebuilding at each round re-places 2 held ids per insert,
+    rebuilding when the table fills (after 12,768 more) about 1.5, 1.33 in batches of
+    5,000."""
+    rng = np.random.default_rng(5)
+    n, batch = 400_000, 5_000
+    ids = rng.integers(1, 2**64, size=n, dtype=np.uint64)
+    times = (np.arange(n, dtype=np.int64) * 100_000) // 20_000  # 20,000 ids per 100 s
+    recent = RecentIds(1_000, window_ms=100_000, cap=1_000_000)
+    replaced = 0
+    rebuild = recent._rebuild
+
+    def counted() -> None:
+        nonlocal replaced
+        replaced += recent.held
+        rebuild()
+
+    recent._rebuild = counted  # type: ignore[method-assign]
+    for start in range(0, n, batch):
+        chunk, at = ids[start : start + batch], times[start : start + batch]
+        recent.insert(chunk, at, recent.duplicates(chunk, at))
+        assert 2 * (recent._placed + recent._since_rebuild) <= recent._keys.size
+    assert 19_000 <= recent.held <= 21_000
+    assert replaced <= 1.4 * n

@@ -26,9 +26,13 @@ inserts are vectorised rounds of linear probing over the whole batch — no Pyth
 report, no sort of the history. The slot hash is multiplicative with a secret odd
 multiplier, so report ids chosen by an attacker cannot be steered into one probe chain.
 Entries older than the floor are ignored by the floor check and dropped when the table
-is rebuilt, once as many ids were inserted as were held at the last rebuild (at least
-:data:`MIN_ROUND`); the table then has at least 4 slots per entry it can hold before the
-next rebuild, so it is at most half full and probe chains stay short. Memory is about
+is rebuilt. A rebuild sizes the table (a power of two) for the held entries and a round
+of inserts after them (half as many as held, at least :data:`MIN_ROUND`), at 2 slots per
+entry or more. The table is rebuilt when the entries placed in it, forgotten ones
+included, would fill more than half its slots, or when a round is over and what is held
+asks for a table of another size (grown, or smaller once ids were forgotten). So it is
+never more than half full and probe chains stay short, and a table whose size left room
+takes more inserts before every id is placed again. Memory is about
 100 bytes per remembered id at most (the arrays and the table), so ``rate x window``
 ids, at most ``cap``; nothing is allocated before the first id.
 """
@@ -93,6 +97,9 @@ class RecentIds:
         self._keys = np.zeros(0, dtype=np.uint64)
         self._seqs = np.zeros(0, dtype=np.int64)
         self._since_rebuild = 0
+        #: entries placed in the table at its last rebuild (they and the inserts since
+        #: then fill it, the forgotten ones included, until the next)
+        self._placed = 0
         self._round = MIN_ROUND
         self._version = 0  # bumped by every change of the table: older probes are stale
         if ids is not None and ids.size:
@@ -207,7 +214,7 @@ class RecentIds:
         self.count += n
         self._forget()
         self._since_rebuild += n
-        if not self._keys.size or self._since_rebuild > self._round:
+        if self._rebuild_due():
             self._rebuild()
         elif probe is not None and probe.version == self._version and probe.slots.shape[0] == n:
             self._place_probed(ids, seq, probe)
@@ -283,13 +290,28 @@ class RecentIds:
             pending = rest
         np.maximum.at(self._seqs, final, seq)
 
+    def _rebuild_due(self) -> bool:
+        """Whether the table must be rebuilt before these inserts are placed: it would be
+        more than half full, or a round of inserts is over and the held entries now ask
+        for a table of another size (a grown one, or a smaller one after ids were
+        forgotten). A round over with the table still right for what is held goes on: in
+        a growing window nothing is forgotten, and re-placing every id then buys nothing."""
+        if not self._keys.size or 2 * (self._placed + self._since_rebuild) > self._keys.shape[0]:
+            return True
+        return self._since_rebuild > self._round and self._table_size(self.held) != self._keys.shape[0]
+
+    @staticmethod
+    def _table_size(held: int) -> int:
+        """Slots of a table for ``held`` entries and the round of inserts after them."""
+        return 1 << max(4, math.ceil(math.log2(2 * (held + max(MIN_ROUND, held // 2)))))
+
     def _rebuild(self) -> None:
         """Drop everything older than the floor: re-insert the held entries alone, into a
         table sized for them and for the inserts until the next rebuild."""
         held = self.ordered()
         self._round = max(MIN_ROUND, held.shape[0] // 2)
-        size = 1 << max(4, math.ceil(math.log2(2 * (held.shape[0] + self._round))))
-        if size != self._keys.shape[0]:
+        self._placed = held.shape[0]
+        if self._table_size(held.shape[0]) != self._keys.shape[0]:
             self._allocate(held.shape[0] + self._round)
         else:
             self._keys[:] = 0
