@@ -19,7 +19,6 @@ from kvldp.kafka.lean_records import lean
 
 #: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
 MAX_RECORDS = 20_000
-#: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
 #: a member that sends no heartbeat for this long is expelled from the group (aiokafka sends
 #: none while a rebalance listener runs, so a worker's listener only pauses the partitions
 #: it is given: their snapshots are waited for and loaded after it returns)
@@ -28,6 +27,7 @@ SESSION_TIMEOUT_MS = 6_000
 #: before reading on from older ones (exact too, only more to re-read): the previous owner
 #: publishes before it gives them up, so they come at once unless it died
 SNAPSHOT_WAIT_S = SESSION_TIMEOUT_MS / 2000
+#: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
 #: fetch; 4 MiB is no faster (``kvldp bench ingest``) and keeps 4x more bytes in flight
 FETCH_BYTES = 1 << 20
 

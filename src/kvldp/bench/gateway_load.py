@@ -466,7 +466,7 @@ async def _gateway_bench(
 
 
 def bench_gateway(
-    clients: int = 16, requests: int = 10_000, connections: int = 10_000, repeats: int = 5, seed: int = 0
+    clients: int = 16, requests: int = 10_000, connections: int = 10_000, repeats: int = 15, seed: int = 0
 ) -> dict[str, list[dict[str, Any]]]:
     """The three tables of ``kvldp bench gateway`` (see the module docstring)."""
     allow_descriptors(connections)

@@ -107,7 +107,7 @@ def _register_gateway(bsub: Subparsers) -> None:
     b.add_argument("--clients", type=positive_int, default=16, help="concurrent keep-alive clients")
     b.add_argument("--requests", type=positive_int, default=10_000, help="requests per run")
     b.add_argument("--connections", type=positive_int, default=10_000, help="open connections for memory")
-    b.add_argument("--repeats", type=positive_int, default=5, help="alternating bare/gateway runs")
+    b.add_argument("--repeats", type=positive_int, default=15, help="alternating bare/gateway runs")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
     b.set_defaults(func=cmd_bench_gateway)
