@@ -17,7 +17,9 @@ from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.lean_records import install as install_lean_records
 from kvldp.kafka.lean_records import lean
 
-#: records per ``getmany`` (amortises per-fetch overhead without starving the other tasks)
+#: items per ``getmany``: records, or for the reports consumer record batches (of up to
+#: FETCH_BYTES each per partition); amortises the per-fetch overhead, and the consume loop
+#: lets the other tasks run between partitions
 MAX_RECORDS = 20_000
 #: a member that sends no heartbeat for this long is expelled from the group (aiokafka sends
 #: none while a rebalance listener runs, so a worker's listener only pauses the partitions
@@ -34,7 +36,7 @@ FETCH_BYTES = 1 << 20
 
 def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> AIOKafkaConsumer:
     """A consumer in ``collection``'s group for an aggregator of ``role`` (not yet started
-    or subscribed), fetching :class:`~kvldp.kafka.lean_records.LeanRecord`."""
+    or subscribed), fetching record batches of :class:`~kvldp.kafka.lean_records.LeanRecord`."""
     install_lean_records()
     return AIOKafkaConsumer(
         **kafka.client_options(f"kvldp-{role}"),

@@ -67,6 +67,7 @@ from kvldp.common.messages.control_record import is_interactive
 from kvldp.common.messages.wire import WireFormat
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.client_start import start_or_close
+from kvldp.kafka.lean_records import records_of
 from kvldp.kafka.reachability import PROBE_INTERVAL_S, Reachability, transient
 from kvldp.kafka.shutdown import STOP_GRACE_S, close_within
 from kvldp.web.security import HttpSecurity
@@ -246,10 +247,12 @@ class Aggregator(ServingRole):
             return
         if self._fatal is not None:
             raise self._fatal
-        # let the fetcher ask for the next records before this fetch is folded, so that
-        # the broker works while this process folds
-        await asyncio.sleep(0)
-        for tp, records in fetched.items():
+        for tp, batches in fetched.items():
+            # let the fetcher ask for the next records before this fetch is folded, so that
+            # the broker works while this process folds, and the other tasks run between
+            # partitions (a fetch holds up to FETCH_BYTES of each)
+            await asyncio.sleep(0)
+            records = records_of(batches)
             if not records or tp not in consumer.assignment() or tp.partition in self._loading:
                 continue
             state = self.state.partition(tp.partition)
