@@ -9,7 +9,9 @@ least a Kafka client can do with the same records:
   drains it with ``getmany`` and nothing else, and the kvldp aggregator folds it to
   completion. Both rates are measured from the first record in hand to the last one
   consumed (group join and start-up are excluded for both), so the ratio is the cost of
-  decoding, validating, de-duplicating, budgeting and folding per message.
+  decoding, validating, de-duplicating, budgeting and folding per message. ``kvldp bench
+  ingest`` first freezes the process's start-up heap, as ``kvldp aggregate`` does
+  (:mod:`kvldp.startup_heap`), so both sides run in a process set up like the service's.
 * produce — simulated devices publish through :class:`~kvldp.producer.collector.Collector`
   (perturb, encode, send), against a bare ``AIOKafkaProducer`` sending the same bytes,
   encoded beforehand, with the same producer settings (``acks=all``, the SDK's default)

@@ -67,6 +67,7 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_aggregate(args: argparse.Namespace) -> int:
+    from kvldp import startup_heap
     from kvldp.aggregator.merged import MergedExporter
     from kvldp.aggregator.offline import estimates_json, fold_recording
     from kvldp.aggregator.service import Aggregator
@@ -118,6 +119,7 @@ def cmd_aggregate(args: argparse.Namespace) -> int:
         )
         await agg.run(stop, ready)
 
+    startup_heap.freeze()  # a long-running service: see kvldp.startup_heap
     run_async(serve, kafka)
     return 0
 

@@ -209,10 +209,12 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_bench_kafka(args: argparse.Namespace) -> int:
     """ingest, produce and memory: kvldp against a baseline measured in the same run."""
+    from kvldp import startup_heap
     from kvldp.bench import kafka_throughput, resident_memory
     from kvldp.kafka.command_line import external_kafka
 
     if args.bench == "ingest":
+        startup_heap.freeze()  # as `kvldp aggregate` does: both sides run in a process like the service's
         rows = kafka_throughput.bench_ingest(
             args.messages,
             args.batched_reports,

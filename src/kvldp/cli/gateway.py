@@ -74,6 +74,7 @@ def register(sub: Subparsers) -> None:
 
 
 def cmd_gateway(args: argparse.Namespace) -> int:
+    from kvldp import startup_heap
     from kvldp.common.config.collection_file import load_collection
     from kvldp.gateway.endpoint import Gateway, GatewaySettings
     from kvldp.gateway.tokens import KeySource, TokenVerifier
@@ -110,6 +111,7 @@ def cmd_gateway(args: argparse.Namespace) -> int:
     async def serve(stop: asyncio.Event) -> None:
         await gateway.run(stop, ready)
 
+    startup_heap.freeze()  # a long-running service: see kvldp.startup_heap
     run_async(serve, kafka)
     return 0
 
