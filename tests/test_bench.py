@@ -51,7 +51,9 @@ def test_memory_reads_a_real_aggregator_process(capsys: pytest.CaptureFixture[st
     assert main(["bench", "memory", "--reports", "2000,1000", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["reports"] for r in rows] == [1_000, 2_000]  # checkpoints in order
-    assert all(r["rss_mib"] > 10 for r in rows) and rows[0]["ratio_to_first"] == 1.0
+    assert all(r["rss_mib"] > 10 for r in rows)
+    assert rows[0]["ratio_to_first"] == rows[0]["ratio_to_previous"] == 1.0
+    assert rows[1]["ratio_to_previous"] == rows[1]["rss_mib"] / rows[0]["rss_mib"]
 
 
 def test_gateway_bench_reports_throughput_memory_and_hostile_tables(

@@ -17,9 +17,9 @@ from kvldp.kafka.client_config import KafkaConfig
 from kvldp.kafka.lean_records import install as install_lean_records
 from kvldp.kafka.lean_records import lean
 
-#: items per ``getmany``: records, or for the reports consumer record batches (of up to
-#: FETCH_BYTES each per partition); amortises the per-fetch overhead, and the consume loop
-#: lets the other tasks run between partitions
+#: items per ``getmany``: records, or whole record batches for the reports consumer;
+#: amortises the per-fetch overhead (the consume loop lets the other tasks run between
+#: partitions, each about FETCH_BYTES of a fetch at most)
 MAX_RECORDS = 20_000
 #: a member that sends no heartbeat for this long is expelled from the group (aiokafka sends
 #: none while a rebalance listener runs, so a worker's listener only pauses the partitions
@@ -32,6 +32,10 @@ SNAPSHOT_WAIT_S = SESSION_TIMEOUT_MS / 2000
 #: bytes per partition per fetch (aiokafka's default): bounds the transient memory of a
 #: fetch; 4 MiB is no faster (``kvldp bench ingest``) and keeps 4x more bytes in flight
 FETCH_BYTES = 1 << 20
+#: bytes per fetch over all partitions (aiokafka's default is 50 MiB): the reports
+#: consumer hands out a fetch's records in whole batches, about 3x these bytes as Python
+#: objects, so this bounds what one ``getmany`` holds whatever the partition count
+FETCH_MAX_BYTES = 4 * FETCH_BYTES
 
 
 def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> AIOKafkaConsumer:
@@ -49,5 +53,6 @@ def reports_consumer(kafka: KafkaConfig, collection: Collection, role: str) -> A
         heartbeat_interval_ms=500,  # a crashed member leaves the group within one session timeout
         session_timeout_ms=SESSION_TIMEOUT_MS,
         max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=FETCH_MAX_BYTES,
         metadata_max_age_ms=5_000,  # notice a vanished or recreated topic within seconds
     )

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from kvldp.aggregator.consumer import FETCH_BYTES, MAX_RECORDS
+from kvldp.aggregator.consumer import FETCH_BYTES, FETCH_MAX_BYTES, MAX_RECORDS
 from kvldp.aggregator.service import Aggregator
 from kvldp.aggregator.topics import ensure_topics
 from kvldp.broker.tansu import EmbeddedBroker
@@ -121,6 +121,7 @@ async def drain_bare(collection: Collection, kafka: KafkaConfig, messages: int) 
         **kafka.client_options("kvldp-bench-bare"),
         enable_auto_commit=False,
         max_partition_fetch_bytes=FETCH_BYTES,
+        fetch_max_bytes=FETCH_MAX_BYTES,
     )
     await start_or_close(consumer, kafka)
     try:

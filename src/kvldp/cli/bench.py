@@ -90,9 +90,12 @@ def _register_kafka(bsub: Subparsers) -> None:
     b.add_argument("--json", action="store_true")
     add_kafka_args(b)
     b.set_defaults(func=cmd_bench_kafka)
-    b = bsub.add_parser("memory", help="aggregator resident memory after 1e5 and 1e7 reports")
+    b = bsub.add_parser("memory", help="aggregator resident memory after 1e5, 1e7 and 2e7 reports")
     b.add_argument(
-        "--reports", type=int_list, default=[100_000, 10_000_000], help="comma list of checkpoints"
+        "--reports",
+        type=int_list,
+        default=[100_000, 10_000_000, 20_000_000],
+        help="comma list of checkpoints",
     )
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--json", action="store_true")
