@@ -6,8 +6,8 @@ classes and functions of numpy, aiokafka, aiohttp, cryptography and kvldp itself
 a full pass over them takes tens of milliseconds. Folding a fetch, or answering a burst
 of requests, allocates tracked objects fast (aiokafka's record of every report, aiohttp's
 request objects), and the many that live for the length of a fetch make the collector
-run full passes again and again: on single-report ingest they took a third of the
-aggregator's CPU.
+run full passes again and again: on single-report ingest they took a fifth to a third
+of the aggregator's CPU.
 
 :func:`freeze` runs once, after a service's imports and before its loop starts: it
 collects the garbage start-up left, then moves every object still alive to the
