@@ -20,7 +20,15 @@ pytestmark = pytest.mark.asyncio
 TOPIC = "kvldp.shutdown-sockets"
 
 
-async def test_a_consumer_cut_off_while_stopping_leaves_no_socket_open() -> None:
+#: brokers to start before a consumer's stop has had to wait for the cluster (it does
+#: unless the consumer is between two group generations when the cluster stops, rarely)
+ATTEMPTS = 5
+
+
+async def _stop_with_the_cluster_frozen() -> list[str]:
+    """A consumer that has read a record is stopped while its broker does not answer,
+    with 0.5 s to do it; what :func:`close_within` found unclean. Either way no socket to
+    the broker is left open."""
     with EmbeddedBroker(0) as broker:
         assert broker.process is not None
         admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap_servers)
@@ -50,11 +58,18 @@ async def test_a_consumer_cut_off_while_stopping_leaves_no_socket_open() -> None
         try:
             loop = asyncio.get_running_loop()
             unclean = await close_within([consumer], loop.time() + 0.5)
-            assert unclean == ["AIOKafkaConsumer"]
             await asyncio.sleep(0)  # the closed transports report their end
             port = int(broker.bootstrap_servers.rsplit(":", 1)[1])
             assert [
                 c for c in psutil.Process().net_connections("tcp") if c.raddr and c.raddr.port == port
             ] == []
+            return unclean
         finally:
             os.kill(broker.process.pid, signal.SIGCONT)
+
+
+async def test_a_consumer_cut_off_while_stopping_leaves_no_socket_open() -> None:
+    outcomes = []
+    while len(outcomes) < ATTEMPTS and ["AIOKafkaConsumer"] not in outcomes:
+        outcomes.append(await _stop_with_the_cluster_frozen())
+    assert outcomes[-1] == ["AIOKafkaConsumer"], f"stop() never had to wait for the cluster: {outcomes}"
