@@ -11,6 +11,7 @@ Python loops are over messages.
 from __future__ import annotations
 
 import hashlib
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,6 +124,7 @@ class Plan:
         target.last_digest = self.last_digest
 
 
+_offset = attrgetter("offset")
 _timestamp = attrgetter("timestamp")
 _value = attrgetter("value")
 
@@ -131,14 +133,7 @@ def _from_offset(records: Sequence[Record], offset: int) -> Sequence[Record]:
     """The records at or after ``offset`` (a fetch is in offset order)."""
     if not records or records[0].offset >= offset:
         return records
-    low, high = 0, len(records)
-    while low < high:
-        mid = (low + high) // 2
-        if records[mid].offset < offset:
-            low = mid + 1
-        else:
-            high = mid
-    return records[low:]
+    return records[bisect_left(records, offset, key=_offset) :]
 
 
 def plan(

@@ -11,7 +11,7 @@ collection keeps the defaults: 5 minutes, 2,000,000 ids per partition, 4 partiti
 to 100 bytes an id). A benchmark topic's reports all fall within one window, so that
 memory is full once about 8,000,000 reports are folded. The default checkpoints are
 10^5 reports (before), 10^7 (full) and 2x10^7; ``ratio_to_previous`` of the last, the
-figure the target is judged on, is what 10^7 more reports added once nothing should
+figure kvldp's target (at most 1.1) is judged on, is what 10^7 more reports added once nothing should
 grow: anything beyond noise would be a leak.
 """
 
@@ -29,8 +29,6 @@ from kvldp.common.config.collection_file import collection_toml
 from kvldp.kafka.client_config import KafkaConfig
 from kvldp.reliability.processes import AggregatorProcess, total
 
-#: kvldp's memory target (RSS at the last checkpoint / at the one before)
-MEMORY_RATIO_TARGET = 1.1
 #: reports per message while filling (the fill is not what is measured)
 PER_MESSAGE = 1000
 #: reports simulated and published per step (bounds the bench's own memory)
